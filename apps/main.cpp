@@ -1,0 +1,23 @@
+// tinyscale: the command-line entry point. Every subcommand prints its own --help.
+#include "commands.hpp"
+#include "core/error.hpp"
+
+#include <iostream>
+
+int main(int argc, char** argv) {
+  CLI::App app{"tinyscale: distributed LLM training from scratch, in C++"};
+  app.require_subcommand(1);
+  auto* bench = app.add_subcommand("bench", "Benchmarks that print a table (see README)");
+  bench->require_subcommand(1);
+  tinyscale::app::add_bench_ops(*bench);
+  tinyscale::app::add_info(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tinyscale::Error& e) {
+    std::cerr << "tinyscale: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,22 @@
+// Whether ops record the graph (chapter 01). The flag is per thread: on the threads backend every
+// rank is a thread with its own graph, so one rank's no_grad must not silence another's.
+#pragma once
+
+namespace tinyscale {
+
+/// True when ops on this thread record the backward graph.
+bool grad_enabled();
+
+/// RAII scope in which ops record nothing (evaluation, optimizer steps, collectives' buffers).
+class NoGradGuard {
+public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+private:
+  bool previous_;
+};
+
+} // namespace tinyscale

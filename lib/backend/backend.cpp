@@ -1,0 +1,30 @@
+#include "backend/backend.hpp"
+
+#include "backend/cpu/cpu_backend.hpp"
+
+#include <array>
+
+namespace tinyscale {
+
+namespace {
+// The process-wide table of device backends; the CPU one always exists.
+std::array<Backend*, 2>& registry() {
+  static CpuBackend cpu;
+  static std::array<Backend*, 2> table{&cpu, nullptr};
+  return table;
+}
+} // namespace
+
+Backend& backend_for(Device device) {
+  Backend* b = registry()[static_cast<std::size_t>(device.kind)];
+  TS_CHECK(b != nullptr, "backend_for: expected a backend for device ", device.str(),
+           ", found none; this build of tinyscale has no CUDA backend (it arrives with chapter ",
+           "11: configure with -DTINYSCALE_CUDA=ON on a machine with nvcc)");
+  return *b;
+}
+
+void register_backend(Device::Kind kind, Backend* backend) {
+  registry()[static_cast<std::size_t>(kind)] = backend;
+}
+
+} // namespace tinyscale

@@ -1,0 +1,123 @@
+// Backend: the arithmetic primitives every op is built from (chapter 01; CUDA in chapter 11).
+// Ops in lib/ops/ allocate outputs and record the graph; a Backend only fills buffers. A new
+// device therefore implements this interface and nothing else. Every tensor handed to a backend
+// is contiguous, row-major and on that backend's device; outputs are preallocated by the caller.
+#pragma once
+
+#include "core/tensor.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace tinyscale {
+
+/// Elementwise operations on two broadcast operands.
+enum class BinaryOp { Add, Sub, Mul, Div };
+
+/// Elementwise operations on one operand (and a scalar where the op has one).
+enum class UnaryOp {
+  Neg,
+  AddScalar,
+  MulScalar,
+  RsubScalar,
+  RdivScalar,
+  PowScalar,
+  Exp,
+  Log,
+  Tanh,
+  Gelu,
+  Relu
+};
+
+/// Gradients of activations: grad_in = grad_out * f'(x).
+enum class ActivationGrad { Gelu, Relu };
+
+/// A (batched) matrix product C[i] = alpha * op(A[i]) op(B[i]) + beta * C[i], row-major.
+/// op(A) is [m, k], op(B) is [k, n], C is [m, n]; a batch stride of 0 reuses one matrix.
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  double alpha = 1.0, beta = 0.0;
+};
+
+/// The primitives a device provides. All are synchronous from the caller's point of view.
+class Backend {
+public:
+  virtual ~Backend() = default;
+  /// Device name for messages ("cpu", "cuda").
+  virtual const char* name() const = 0;
+
+  // memory
+  virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
+  virtual void copy_from_host(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Converts `src` into `out` (same shape, other dtype).
+  virtual void cast(const Tensor& src, Tensor& out) = 0;
+  virtual void fill(Tensor& out, double value) = 0;
+
+  // elementwise
+  /// out = a op b with NumPy broadcasting; out has the broadcast shape.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void unary(UnaryOp op, const Tensor& a, double scalar, Tensor& out) = 0;
+  virtual void activation_grad(ActivationGrad op, const Tensor& x, const Tensor& grad_out,
+                               Tensor& grad_in) = 0;
+  /// out += a (same shape): gradient accumulation.
+  virtual void accumulate(Tensor& out, const Tensor& a) = 0;
+
+  // reductions and layout
+  /// Sums `a` down to out's shape, which broadcasts to a's shape (the adjoint of broadcasting).
+  virtual void sum_to(const Tensor& a, Tensor& out) = 0;
+  /// out = a with axes reordered: out.shape[i] = a.shape[perm[i]].
+  virtual void permute(const Tensor& a, const std::vector<int>& perm, Tensor& out) = 0;
+  /// Copies the block [offset, offset + small.size(axis)) of `big` along `axis` to or from `small`.
+  virtual void copy_block(Tensor& big, Tensor& small, int axis, std::int64_t offset,
+                          bool to_small) = 0;
+
+  // linear algebra
+  virtual void gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) = 0;
+
+  // fused row-wise kernels (rows = all axes but the last)
+  /// Softmax (or log-softmax) over the last axis. With `causal`, rows are the query positions of
+  /// a [.., T, T] score matrix and column j > row i gets probability 0.
+  virtual void softmax(const Tensor& x, Tensor& y, bool log, bool causal) = 0;
+  /// grad_x from y = softmax(x) (or log-softmax) and grad_y.
+  virtual void softmax_backward(const Tensor& y, const Tensor& grad_y, Tensor& grad_x,
+                                bool log) = 0;
+  /// y = (x - mean) * rstd * gamma + beta over the last axis; saves mean and rstd per row.
+  /// `beta` may be undefined (no bias).
+  virtual void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                          Tensor& y, Tensor& mean, Tensor& rstd) = 0;
+  /// Gradients of layer_norm; grad_gamma and grad_beta are overwritten (grad_beta may be
+  /// undefined).
+  virtual void layer_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& grad_y, Tensor& grad_x,
+                                   Tensor& grad_gamma, Tensor& grad_beta) = 0;
+  /// out[i, :] = table[ids[i], :].
+  virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+  /// grad_table[ids[i], :] += grad_out[i, :] (grad_table is zeroed by the caller).
+  virtual void embedding_backward(const Tensor& ids, const Tensor& grad_out,
+                                  Tensor& grad_table) = 0;
+  /// Per row: loss = logsumexp(logits) - logits[target]; rows whose target is `ignore_index`
+  /// get loss 0. Saves logsumexp per row for the backward.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
+                             Tensor& losses, Tensor& logsumexp) = 0;
+  /// grad_logits = scale * (softmax(logits) - onehot(target)), zero on ignored rows.
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                      std::int64_t ignore_index, const Tensor& logsumexp,
+                                      double scale, Tensor& grad_logits) = 0;
+  /// mask[i] = (uniform(seed, stream, offset + i) >= p) / (1 - p).
+  virtual void dropout_mask(std::uint64_t seed, std::uint64_t stream, std::uint64_t offset,
+                            double p, Tensor& mask) = 0;
+};
+
+/// The backend that owns `device`; throws when that device's backend is not built in.
+Backend& backend_for(Device device);
+/// The backend of tensor `t`'s device.
+inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+/// Installs the backend for a device kind (the CUDA backend registers itself at start-up).
+void register_backend(Device::Kind kind, Backend* backend);
+
+} // namespace tinyscale

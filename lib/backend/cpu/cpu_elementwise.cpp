@@ -1,0 +1,267 @@
+// CPU backend, part 1: memory, elementwise ops with broadcasting, reductions and layout copies.
+#include "backend/cpu/cpu_backend.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numbers>
+
+namespace tinyscale {
+
+using cpu::dispatch_floating;
+
+namespace {
+
+// Strides of `t` as seen from a broadcast output of rank `rank`: 0 along broadcast axes.
+std::vector<std::int64_t> broadcast_strides(const Shape& t, const Shape& out) {
+  std::vector<std::int64_t> strides(static_cast<std::size_t>(out.rank()), 0);
+  auto own = contiguous_strides(t);
+  for (int i = 0; i < t.rank(); ++i) {
+    int o = out.rank() - t.rank() + i;
+    if (t.dims()[static_cast<std::size_t>(i)] != 1)
+      strides[static_cast<std::size_t>(o)] = own[static_cast<std::size_t>(i)];
+  }
+  return strides;
+}
+
+// True when `t`, less its leading 1s, equals the trailing axes of `out` (a bias over rows).
+bool is_trailing_block(const Shape& t, const Shape& out) {
+  std::size_t first = 0;
+  while (first < t.dims().size() && t.dims()[first] == 1) ++first;
+  std::size_t k = t.dims().size() - first;
+  if (k > out.dims().size() || t.numel() == 0) return false;
+  return std::equal(t.dims().begin() + static_cast<std::ptrdiff_t>(first), t.dims().end(),
+                    out.dims().end() - static_cast<std::ptrdiff_t>(k));
+}
+
+// Visits every element of `shape` in row-major order, passing the offsets into two operands
+// whose strides (possibly 0) are given.
+template <typename F>
+void for_each_index(const Shape& shape, const std::vector<std::int64_t>& sa,
+                    const std::vector<std::int64_t>& sb, F&& f) {
+  const int rank = shape.rank();
+  const std::int64_t n = shape.numel();
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(rank), 0);
+  std::int64_t oa = 0, ob = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    f(i, oa, ob);
+    for (int d = rank - 1; d >= 0; --d) {
+      auto du = static_cast<std::size_t>(d);
+      ++idx[du];
+      oa += sa[du];
+      ob += sb[du];
+      if (idx[du] < shape.dims()[du]) break;
+      oa -= sa[du] * idx[du];
+      ob -= sb[du] * idx[du];
+      idx[du] = 0;
+    }
+  }
+}
+
+template <typename T> T apply_binary(BinaryOp op, T x, T y) {
+  switch (op) {
+  case BinaryOp::Add: return x + y;
+  case BinaryOp::Sub: return x - y;
+  case BinaryOp::Mul: return x * y;
+  case BinaryOp::Div: return x / y;
+  }
+  return T(0);
+}
+
+constexpr double kGeluK = 0.7978845608028654; // sqrt(2 / pi)
+constexpr double kGeluC = 0.044715;
+
+template <typename T> T apply_unary(UnaryOp op, T x, T s) {
+  switch (op) {
+  case UnaryOp::Neg: return -x;
+  case UnaryOp::AddScalar: return x + s;
+  case UnaryOp::MulScalar: return x * s;
+  case UnaryOp::RsubScalar: return s - x;
+  case UnaryOp::RdivScalar: return s / x;
+  case UnaryOp::PowScalar: return std::pow(x, s);
+  case UnaryOp::Exp: return std::exp(x);
+  case UnaryOp::Log: return std::log(x);
+  case UnaryOp::Tanh: return std::tanh(x);
+  case UnaryOp::Gelu:
+    return T(0.5) * x * (T(1) + std::tanh(T(kGeluK) * (x + T(kGeluC) * x * x * x)));
+  case UnaryOp::Relu: return x > T(0) ? x : T(0);
+  }
+  return T(0);
+}
+
+} // namespace
+
+std::shared_ptr<void> CpuBackend::allocate(std::size_t bytes) {
+  std::size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  TS_CHECK(p != nullptr, "cpu allocate: expected ", bytes, " bytes of host memory, found the ",
+           "allocation refused; reduce the batch or model size");
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+void CpuBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void CpuBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void CpuBackend::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes && dst != src) std::memmove(dst, src, bytes);
+}
+
+void CpuBackend::cast(const Tensor& src, Tensor& out) {
+  auto convert = [&](auto* from) {
+    const std::int64_t n = src.numel();
+    auto write = [&](auto* to) {
+      using To = std::remove_pointer_t<decltype(to)>;
+      for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<To>(from[i]);
+    };
+    switch (out.dtype()) {
+    case DType::Float32: return write(out.data<float>());
+    case DType::Float64: return write(out.data<double>());
+    case DType::Int64: return write(out.data<std::int64_t>());
+    }
+  };
+  switch (src.dtype()) {
+  case DType::Float32: return convert(src.data<float>());
+  case DType::Float64: return convert(src.data<double>());
+  case DType::Int64: return convert(src.data<std::int64_t>());
+  }
+}
+
+void CpuBackend::fill(Tensor& out, double value) {
+  const std::int64_t n = out.numel();
+  if (out.dtype() == DType::Int64) {
+    auto* p = out.data<std::int64_t>();
+    for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<std::int64_t>(value);
+    return;
+  }
+  dispatch_floating(out.dtype(), "fill", [&](auto t) {
+    using T = decltype(t);
+    T* p = out.data<T>();
+    for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(value);
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_floating(out.dtype(), "binary", [&](auto t) {
+    using T = decltype(t);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    const std::int64_t n = out.numel();
+    if (a.shape() == out.shape() && b.shape() == out.shape()) { // same shape: one flat loop
+      for (std::int64_t i = 0; i < n; ++i) po[i] = apply_binary(op, pa[i], pb[i]);
+    } else if (a.shape() == out.shape() && is_trailing_block(b.shape(), out.shape())) {
+      const std::int64_t m = b.numel(); // b repeats along the leading axes (a bias)
+      for (std::int64_t i = 0; i < n; ++i) po[i] = apply_binary(op, pa[i], pb[i % m]);
+    } else {
+      for_each_index(out.shape(), broadcast_strides(a.shape(), out.shape()),
+                     broadcast_strides(b.shape(), out.shape()),
+                     [&](std::int64_t i, std::int64_t oa, std::int64_t ob) {
+                       po[i] = apply_binary(op, pa[oa], pb[ob]);
+                     });
+    }
+  });
+}
+
+void CpuBackend::unary(UnaryOp op, const Tensor& a, double scalar, Tensor& out) {
+  dispatch_floating(out.dtype(), "unary", [&](auto t) {
+    using T = decltype(t);
+    const T* pa = a.data<T>();
+    T* po = out.data<T>();
+    const T s = static_cast<T>(scalar);
+    for (std::int64_t i = 0, n = out.numel(); i < n; ++i) po[i] = apply_unary(op, pa[i], s);
+  });
+}
+
+void CpuBackend::activation_grad(ActivationGrad op, const Tensor& x, const Tensor& grad_out,
+                                 Tensor& grad_in) {
+  dispatch_floating(x.dtype(), "activation_grad", [&](auto t) {
+    using T = decltype(t);
+    const T* px = x.data<T>();
+    const T* pg = grad_out.data<T>();
+    T* pi = grad_in.data<T>();
+    for (std::int64_t i = 0, n = x.numel(); i < n; ++i) {
+      const T v = px[i];
+      T d;
+      if (op == ActivationGrad::Relu) {
+        d = v > T(0) ? T(1) : T(0);
+      } else { // d/dx of 0.5 x (1 + tanh(k (x + c x^3)))
+        const T th = std::tanh(T(kGeluK) * (v + T(kGeluC) * v * v * v));
+        d = T(0.5) * (T(1) + th) +
+            T(0.5) * v * (T(1) - th * th) * T(kGeluK) * (T(1) + T(3 * kGeluC) * v * v);
+      }
+      pi[i] = pg[i] * d;
+    }
+  });
+}
+
+void CpuBackend::accumulate(Tensor& out, const Tensor& a) {
+  dispatch_floating(out.dtype(), "accumulate", [&](auto t) {
+    using T = decltype(t);
+    T* po = out.data<T>();
+    const T* pa = a.data<T>();
+    for (std::int64_t i = 0, n = out.numel(); i < n; ++i) po[i] += pa[i];
+  });
+}
+
+void CpuBackend::sum_to(const Tensor& a, Tensor& out) {
+  dispatch_floating(a.dtype(), "sum_to", [&](auto t) {
+    using T = decltype(t);
+    const T* pa = a.data<T>();
+    T* po = out.data<T>();
+    std::vector<double> acc(static_cast<std::size_t>(out.numel()), 0.0);
+    if (is_trailing_block(out.shape(), a.shape())) { // reduce the leading axes: row sums
+      const std::int64_t m = out.numel();
+      for (std::int64_t i = 0, n = a.numel(); i < n; ++i)
+        acc[static_cast<std::size_t>(i % m)] += pa[i];
+    } else {
+      std::vector<std::int64_t> none(static_cast<std::size_t>(a.rank()), 0);
+      for_each_index(a.shape(), broadcast_strides(out.shape(), a.shape()), none,
+                     [&](std::int64_t i, std::int64_t oo, std::int64_t) {
+                       acc[static_cast<std::size_t>(oo)] += pa[i];
+                     });
+    }
+    for (std::size_t i = 0; i < acc.size(); ++i) po[i] = static_cast<T>(acc[i]);
+  });
+}
+
+void CpuBackend::permute(const Tensor& a, const std::vector<int>& perm, Tensor& out) {
+  // Walk the output in order; the input offset follows the permuted strides.
+  auto in_strides = contiguous_strides(a.shape());
+  std::vector<std::int64_t> strides(perm.size()), none(perm.size(), 0);
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    strides[i] = in_strides[static_cast<std::size_t>(perm[i])];
+  const std::size_t elem = dtype_size(a.dtype());
+  const char* pa = static_cast<const char*>(a.raw_data());
+  char* po = static_cast<char*>(out.raw_data());
+  for_each_index(out.shape(), strides, none, [&](std::int64_t i, std::int64_t oa, std::int64_t) {
+    std::memcpy(po + static_cast<std::size_t>(i) * elem, pa + static_cast<std::size_t>(oa) * elem,
+                elem);
+  });
+}
+
+void CpuBackend::copy_block(Tensor& big, Tensor& small, int axis, std::int64_t offset,
+                            bool to_small) {
+  std::int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= big.size(d);
+  for (int d = axis + 1; d < big.rank(); ++d) inner *= big.size(d);
+  const std::size_t elem = dtype_size(big.dtype());
+  const auto big_row = static_cast<std::size_t>(big.size(axis) * inner) * elem;
+  const auto small_row = static_cast<std::size_t>(small.size(axis) * inner) * elem;
+  char* pb = static_cast<char*>(big.raw_data()) + static_cast<std::size_t>(offset * inner) * elem;
+  char* ps = static_cast<char*>(small.raw_data());
+  for (std::int64_t o = 0; o < outer; ++o) {
+    char* b = pb + static_cast<std::size_t>(o) * big_row;
+    char* s = ps + static_cast<std::size_t>(o) * small_row;
+    if (small_row == 0) continue;
+    if (to_small)
+      std::memcpy(s, b, small_row);
+    else
+      std::memcpy(b, s, small_row);
+  }
+}
+
+} // namespace tinyscale

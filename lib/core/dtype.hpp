@@ -1,0 +1,44 @@
+// Element types and devices (chapter 01).
+// float32 is the training type; float64 exists so gradient checks can use central differences
+// with a tiny step; int64 holds token ids and targets. A Device names where storage lives; the
+// backend for that device does the arithmetic, so nothing above the backend depends on it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tinyscale {
+
+/// Element type of a tensor.
+enum class DType { Float32, Float64, Int64 };
+
+/// Bytes per element of `dtype`.
+std::size_t dtype_size(DType dtype);
+/// Human-readable name: "float32", "float64", "int64".
+const char* dtype_name(DType dtype);
+/// True for float32 and float64.
+bool is_floating(DType dtype);
+
+/// Maps a C++ element type to its DType (float, double, int64_t).
+template <typename T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::Float32; }
+template <> constexpr DType dtype_of<double>() { return DType::Float64; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::Int64; }
+
+/// Where a tensor's storage lives.
+struct Device {
+  enum class Kind { CPU, CUDA };
+  Kind kind = Kind::CPU;
+  int index = 0;
+
+  /// The host CPU.
+  static Device cpu() { return {Kind::CPU, 0}; }
+  /// CUDA device number `index`.
+  static Device cuda(int index = 0) { return {Kind::CUDA, index}; }
+  /// "cpu" or "cuda:N".
+  std::string str() const;
+  friend bool operator==(const Device& a, const Device& b) = default;
+};
+
+} // namespace tinyscale
