@@ -61,8 +61,13 @@ Grads AccumulateGrad::apply(const Tensor& grad_output) {
            param.shape().str(), " for parameter '", param.name(), "', found ",
            grad_output.shape().str());
   if (!param_->grad) {
-    // A copy, never the incoming handle: the same gradient tensor may flow to several leaves.
-    param_->grad = grad_output.clone().impl_ptr();
+    // The same gradient tensor may flow to several leaves (add's backward passes one tensor to
+    // both inputs), so param.grad must not alias it. The engine hands over its only handle when
+    // nothing else refers to the tensor or its storage: then it is safe to keep without a copy.
+    const auto& impl = grad_output.impl_ptr();
+    const bool exclusive = impl.use_count() == 1 && impl->storage.use_count() == 1 &&
+                           impl->offset == 0 && !impl->grad_fn;
+    param_->grad = exclusive ? impl : grad_output.clone().impl_ptr();
   } else {
     Tensor acc(param_->grad);
     backend_of(acc).accumulate(acc, grad_output);
