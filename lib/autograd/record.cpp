@@ -48,11 +48,16 @@ Tensor record_op(std::string name, Tensor out, const std::vector<Tensor>& inputs
 }
 
 Tensor record_split_op(std::string name, Tensor out, const std::vector<Tensor>& inputs,
+                       const std::vector<bool>& weight_inputs,
                        autograd::MaskedBackwardFn backward) {
+  TS_CHECK(weight_inputs.size() == inputs.size(), "record_split_op '", name, "': expected ",
+           inputs.size(), " weight flags (one per input), found ", weight_inputs.size());
   if (!should_record(inputs)) return out;
   std::vector<bool> deferrable;
-  for (const auto& in : inputs)
-    deferrable.push_back(in.defined() && in.is_leaf() && in.requires_grad());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
+    deferrable.push_back(weight_inputs[i] && in.defined() && in.is_leaf() && in.requires_grad());
+  }
   return attach(std::make_shared<autograd::SplitNode>(std::move(name), std::move(backward),
                                                       std::move(deferrable)),
                 std::move(out), inputs);

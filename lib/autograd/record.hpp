@@ -19,10 +19,12 @@ bool should_record(const std::vector<Tensor>& inputs);
 Tensor record_op(std::string name, Tensor out, const std::vector<Tensor>& inputs,
                  autograd::BackwardFn backward);
 
-/// Like record_op for a matmul-type op: every input that is a parameter (a leaf requiring grad)
-/// may have its gradient deferred to the W pass of backward_input().
+/// Like record_op for a matmul-type op: input i may have its gradient deferred to the W pass of
+/// backward_input() when the op names it a weight (weight_inputs[i]) and it is a parameter (a
+/// leaf requiring grad). Activations never wait: a pipeline stage whose first op is
+/// matmul(received_x, W) must send x's gradient upstream in its B step.
 Tensor record_split_op(std::string name, Tensor out, const std::vector<Tensor>& inputs,
-                       autograd::MaskedBackwardFn backward);
+                       const std::vector<bool>& weight_inputs, autograd::MaskedBackwardFn backward);
 
 /// A user-defined differentiable op: `forward` runs without recording on detached inputs;
 /// `backward` maps the output's gradient to one gradient per input (undefined for none).

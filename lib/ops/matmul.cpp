@@ -75,7 +75,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     }
     return grads;
   };
-  return record_split_op("matmul", out, {a, b}, backward);
+  // b is the weight operand (x @ W); a is an activation whose gradient is never deferred.
+  return record_split_op("matmul", out, {a, b}, {false, true}, backward);
 }
 
 } // namespace tinyscale

@@ -73,8 +73,8 @@ std::vector<Tensor> chunk(const Tensor& a, int axis, int n);
 
 // ---- linear algebra ------------------------------------------------------------------------
 /// Matrix product. a [.., M, K] with b [K, N] (b shared over a's leading axes: a linear layer),
-/// or a [.., M, K] with b [.., K, N] with equal leading axes (batched). A parameter operand's
-/// gradient can be deferred to the W pass of backward_input().
+/// or a [.., M, K] with b [.., K, N] with equal leading axes (batched). When b is a parameter,
+/// its gradient (A^T dC) can be deferred to the W pass of backward_input(); a's never is.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // ---- normalisation, softmax, losses --------------------------------------------------------
