@@ -412,7 +412,7 @@ TEST_CASE("the W pass fires weight hooks in reverse order of use, like one pass"
   CHECK(order == std::vector<std::string>{"w3", "w2", "w1"});
 }
 
-TEST_CASE("only the weight operand of a matmul waits for the W pass; a leaf activation does not",
+TEST_CASE("only the weight operand of a matmul waits for the W pass, never a leaf activation",
           "[unit]") {
   // A pipeline stage's received activation is a leaf that requires grad; if its first op is
   // matmul(x, W), x's gradient must be ready after the B pass so it can be sent upstream.

@@ -87,7 +87,7 @@ TEST_CASE("embedding ids outside the vocabulary name the range, the id and its p
   REQUIRE_TS_ERROR(embedding(exactly_v, table), Contains("found 5"));
 }
 
-TEST_CASE("cross_entropy targets outside [0, V) are refused, except ignore_index", "[unit]") {
+TEST_CASE("cross_entropy targets outside 0..V-1 are refused, except ignore_index", "[unit]") {
   Tensor logits = Tensor::zeros(Shape{2, 4});
   Tensor bad = Tensor::from_ids({1, 4}, Shape{2});
   REQUIRE_TS_ERROR(cross_entropy(logits, bad), Contains("cross_entropy") && Contains("[0, 4)") &&
@@ -168,7 +168,7 @@ TEST_CASE("permute with a repeated axis names the axis", "[unit]") {
                    Contains("3 axes") && Contains("[2, 3, 4]") && Contains("found 2"));
 }
 
-TEST_CASE("dropout with p outside [0, 1) names the range and the p found", "[unit]") {
+TEST_CASE("dropout with p outside 0 <= p < 1 names the range and the p found", "[unit]") {
   Tensor x = Tensor::ones(Shape{4});
   REQUIRE_TS_ERROR(dropout(x, 1.0, {}),
                    Contains("dropout") && Contains("[0, 1)") && Contains("found 1"));

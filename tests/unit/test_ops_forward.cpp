@@ -76,7 +76,7 @@ TEST_CASE("sum and mean over axes equal loops", "[unit][forward]") {
   CHECK(sum(x).rank() == 0);
 }
 
-TEST_CASE("permute moves element [i, j, k] to the permuted position", "[unit][forward]") {
+TEST_CASE("permute moves element (i, j, k) to the permuted position", "[unit][forward]") {
   Tensor x = rand64({2, 3, 4}, 1);
   Tensor y = permute(x, {2, 0, 1}); // y[k, i, j] = x[i, j, k]
   REQUIRE(y.shape() == Shape{4, 2, 3});
@@ -160,7 +160,7 @@ TEST_CASE("embedding picks rows of the table", "[unit][forward]") {
     for (std::size_t j = 0; j < 3; ++j) CHECK(o[i * 3 + j] == t[ids[i] * 3 + j]);
 }
 
-TEST_CASE("cross_entropy is the mean of -log softmax[target] over counted tokens",
+TEST_CASE("cross_entropy is the mean of -log softmax(z)_target over counted tokens",
           "[unit][forward]") {
   Tensor logits = rand64({4, 5}, 1, 3.0);
   Tensor targets = Tensor::from_ids({2, -100, 0, 4}, {4});
