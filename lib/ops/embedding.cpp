@@ -11,8 +11,8 @@ using autograd::Grads;
 
 namespace detail {
 void check_ids_in_range(const Tensor& ids, std::int64_t limit,
-                        std::optional<std::int64_t> allowed_extra,
-                        const char* op, const char* what) {
+                        std::optional<std::int64_t> allowed_extra, const char* op,
+                        const char* what) {
   Tensor host = ids.device() == Device::cpu() ? ids : ids.to(Device::cpu());
   const std::int64_t* p = host.data<std::int64_t>();
   for (std::int64_t i = 0; i < host.numel(); ++i)
@@ -28,8 +28,7 @@ Tensor embedding(const Tensor& ids, const Tensor& table) {
            "found ", ids.device().str(), " and ", table.device().str());
   TS_CHECK(table.rank() == 2, "embedding: expected a table of shape [V, C], found ",
            table.shape().str());
-  detail::check_ids_in_range(ids, table.size(0), std::nullopt, "embedding",
-                             "ids (the vocabulary)");
+  detail::check_ids_in_range(ids, table.size(0), std::nullopt, "embedding", "ids (the vocabulary)");
   std::vector<std::int64_t> dims = ids.shape().dims();
   dims.push_back(table.size(1));
   Tensor out = Tensor::empty(Shape(dims), table.dtype(), table.device());

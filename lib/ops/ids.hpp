@@ -10,7 +10,7 @@ namespace tinyscale::detail {
 /// Throws unless every id is in [0, limit) or equals `allowed_extra` (an ignore index, if any),
 /// naming `op` and the position of the first bad id.
 void check_ids_in_range(const Tensor& ids, std::int64_t limit,
-                        std::optional<std::int64_t> allowed_extra,
-                        const char* op, const char* what);
+                        std::optional<std::int64_t> allowed_extra, const char* op,
+                        const char* what);
 
 } // namespace tinyscale::detail
