@@ -70,7 +70,7 @@ void add_bench_ops(CLI::App& bench) {
       bench.add_subcommand("ops", "Matmul forward+backward GFLOP/s: tensor layer vs raw Eigen");
   ops->add_option("--sizes", opt->sizes, "Square matrix sizes n (n x n times n x n)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 16384));
   ops->add_option("--repeat", opt->repeat, "Timed runs per size; the best is reported")
       ->check(CLI::Range(1, 1000));
   ops->callback([opt] { run_bench_ops(*opt); });

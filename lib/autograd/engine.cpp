@@ -17,12 +17,21 @@ struct GraphTask {
   bool retain_graph = false;
   std::unordered_map<Node*, int> dependencies; // gradients still to arrive
   std::unordered_map<Node*, Tensor> buffers;   // gradients summed so far
+  // Ready nodes, latest-created first; among equals (parameter sinks) first come, first served,
+  // so hook order is fixed by the graph alone.
+  struct Ready {
+    std::shared_ptr<Node> node;
+    std::uint64_t arrival;
+  };
   struct Later {
-    bool operator()(const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) const {
-      return a->sequence_nr() < b->sequence_nr();
+    bool operator()(const Ready& a, const Ready& b) const {
+      if (a.node->sequence_nr() != b.node->sequence_nr())
+        return a.node->sequence_nr() < b.node->sequence_nr();
+      return a.arrival > b.arrival;
     }
   };
-  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, Later> ready;
+  std::priority_queue<Ready, std::vector<Ready>, Later> ready;
+  std::uint64_t arrivals = 0;
   std::vector<std::pair<std::shared_ptr<Node>, Tensor>> deferred;
 
   void count_dependencies(const std::shared_ptr<Node>& root) {
@@ -52,10 +61,13 @@ struct GraphTask {
         buf = sum;
       }
     }
-    if (--dependencies[node.get()] == 0) ready.push(node);
+    if (--dependencies[node.get()] == 0) ready.push({node, arrivals++});
   }
 
   void check_grads(const Node& node, const Grads& grads) const {
+    TS_CHECK(grads.size() == node.next.size(), "backward of '", node.name(), "': expected ",
+             node.next.size(), " gradients (one per input, undefined for none), ", "found ",
+             grads.size());
     for (std::size_t i = 0; i < grads.size() && i < node.input_shapes.size(); ++i) {
       TS_CHECK(!grads[i].defined() || grads[i].shape() == node.input_shapes[i], "backward of '",
                node.name(), "': expected the gradient of input ", i, " to have shape ",
@@ -99,7 +111,7 @@ struct GraphTask {
 
   void drain() {
     while (!ready.empty()) {
-      auto node = ready.top();
+      auto node = ready.top().node;
       ready.pop();
       execute(node);
     }
@@ -147,7 +159,7 @@ std::unique_ptr<autograd::GraphTask> start(const Tensor& root, const Tensor& gra
   }
   task->count_dependencies(root_node);
   task->buffers[root_node.get()] = seed;
-  task->ready.push(root_node);
+  task->ready.push({root_node, task->arrivals++});
   task->drain();
   return task;
 }

@@ -60,6 +60,11 @@ Grads AccumulateGrad::apply(const Tensor& grad_output) {
   TS_CHECK(grad_output.shape() == param.shape(), "backward: expected a gradient of shape ",
            param.shape().str(), " for parameter '", param.name(), "', found ",
            grad_output.shape().str());
+  TS_CHECK(grad_output.dtype() == param.dtype() && grad_output.device() == param.device(),
+           "backward: expected a ", dtype_name(param.dtype()), " gradient on ",
+           param.device().str(), " for parameter '", param.name(), "', found ",
+           dtype_name(grad_output.dtype()), " on ", grad_output.device().str(),
+           "; a custom_function's backward must return gradients of ", "its inputs' dtype");
   if (!param_->grad) {
     // The same gradient tensor may flow to several leaves (add's backward passes one tensor to
     // both inputs), so param.grad must not alias it. The engine hands over its only handle when

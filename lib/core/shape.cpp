@@ -14,7 +14,9 @@ Shape::Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) {
 
 std::int64_t Shape::numel() const {
   std::int64_t n = 1;
-  for (auto d : dims_) n *= d;
+  for (auto d : dims_)
+    TS_CHECK(!__builtin_mul_overflow(n, d, &n), "Shape: expected at most 2^63 - 1 elements, found ",
+             "more in ", str());
   return n;
 }
 
@@ -45,7 +47,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     TS_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a.str(), " and ", b.str(),
              " do not broadcast (axis ", i, " has sizes ", da, " and ", db,
              "; sizes must match or one must be 1)");
-    out[static_cast<std::size_t>(i)] = std::max(da, db);
+    out[static_cast<std::size_t>(i)] = da == 1 ? db : da; // 1 stretches to any size, 0 included
   }
   return Shape(std::move(out));
 }

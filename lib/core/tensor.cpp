@@ -21,6 +21,9 @@ Tensor fill_from_host(const Shape& shape, DType dtype, Device device, auto&& val
 } // namespace
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  TS_CHECK(static_cast<std::uint64_t>(shape.numel()) <= SIZE_MAX / dtype_size(dtype),
+           "Tensor::empty: expected a tensor that fits in memory, found ", shape.str(), " of ",
+           dtype_name(dtype), " (", shape.numel(), " elements)");
   auto impl = std::make_shared<TensorImpl>();
   auto storage = std::make_shared<Storage>();
   storage->bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
@@ -56,7 +59,7 @@ Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape
            "Tensor::from_vector: expected ", shape.numel(), " values for shape ", shape.str(),
            ", found ", values.size());
   Tensor host = empty(shape, DType::Float64, Device::cpu());
-  std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(double));
+  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(double));
   Tensor typed = dtype == DType::Float64 ? host : host.to(dtype);
   return device == Device::cpu() ? typed : typed.to(device);
 }
@@ -65,7 +68,7 @@ Tensor Tensor::from_ids(const std::vector<std::int64_t>& ids, const Shape& shape
   TS_CHECK(static_cast<std::int64_t>(ids.size()) == shape.numel(), "Tensor::from_ids: expected ",
            shape.numel(), " ids for shape ", shape.str(), ", found ", ids.size());
   Tensor host = empty(shape, DType::Int64, Device::cpu());
-  std::memcpy(host.raw_data(), ids.data(), ids.size() * sizeof(std::int64_t));
+  if (!ids.empty()) std::memcpy(host.raw_data(), ids.data(), ids.size() * sizeof(std::int64_t));
   return device == Device::cpu() ? host : host.to(device);
 }
 

@@ -65,9 +65,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Grads grads(2);
     if (wanted[0]) grads[0] = detail::gemm(g, b, false, true); // dA = dC B^T
     if (wanted[1]) {
-      if (shared_b) { // B was shared over a's leading axes: fold them into one GEMM
-        Tensor a2 = reshape(a, {-1, a.size(-1)});
-        Tensor g2 = reshape(g, {-1, g.size(-1)});
+      if (shared_b) {          // B was shared over a's leading axes: fold them into one GEMM
+        std::int64_t rows = 1; // not reshape(-1): K or N may be 0
+        for (int d = 0; d < a.rank() - 1; ++d) rows *= a.size(d);
+        Tensor a2 = reshape(a, {rows, a.size(-1)});
+        Tensor g2 = reshape(g, {rows, g.size(-1)});
         grads[1] = detail::gemm(a2, g2, true, false); // dB = A^T dC
       } else {
         grads[1] = detail::gemm(a, g, true, false);

@@ -44,11 +44,12 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, Tensor&
       const T* py = y.data<T>() + r * cols;
       const T* pg = grad_y.data<T>() + r * cols;
       T* px = grad_x.data<T>() + r * cols;
-      if (log) { // y = log p: dx = dy - p * sum(dy)
+      if (log) { // y = log p: dx = dy - p * sum(dy); masked entries (y = -inf) take no part
         double sum = 0.0;
-        for (std::int64_t j = 0; j < cols; ++j) sum += pg[j];
         for (std::int64_t j = 0; j < cols; ++j)
-          px[j] = pg[j] - std::exp(py[j]) * static_cast<T>(sum);
+          if (!std::isinf(py[j])) sum += pg[j];
+        for (std::int64_t j = 0; j < cols; ++j)
+          px[j] = std::isinf(py[j]) ? T(0) : pg[j] - std::exp(py[j]) * static_cast<T>(sum);
       } else { // dx = p * (dy - sum(dy * p))
         double dot = 0.0;
         for (std::int64_t j = 0; j < cols; ++j) dot += static_cast<double>(pg[j]) * py[j];
@@ -95,7 +96,12 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const
       const T* in = x.data<T>() + r * c;
       const T* dy = grad_y.data<T>() + r * c;
       T* dx = grad_x.data<T>() + r * c;
-      const double m = mean.data<T>()[r], rs = rstd.data<T>()[r];
+      // The row mean again in double: the saved one is rounded to T, and x - mean cancels badly
+      // for rows far from zero.
+      double m = 0.0;
+      for (std::int64_t j = 0; j < c; ++j) m += in[j];
+      m /= static_cast<double>(c);
+      const double rs = rstd.data<T>()[r];
       // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma
       double mean_dxhat = 0.0, mean_dxhat_xhat = 0.0;
       for (std::int64_t j = 0; j < c; ++j) {
