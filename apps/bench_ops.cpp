@@ -14,15 +14,19 @@ namespace tinyscale::app {
 
 namespace {
 
-/// Best time of `repeat` runs after one warm-up, in seconds (best-of rejects interruptions).
+/// Seconds per call of `run`: one warm-up call, then the best of `repeat` timed batches, each
+/// batch long enough (>= 50 ms) that timer resolution and clock ramp-up do not matter.
 double best_time(int repeat, const std::function<void()>& run) {
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
   run();
+  const double once = std::chrono::duration<double>(clock::now() - t0).count();
+  const int calls = std::max(1, static_cast<int>(0.05 / std::max(once, 1e-9)));
   double best = 1e30;
   for (int i = 0; i < repeat; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    run();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    auto start = clock::now();
+    for (int c = 0; c < calls; ++c) run();
+    best = std::min(best, std::chrono::duration<double>(clock::now() - start).count() / calls);
   }
   return best;
 }
