@@ -87,6 +87,7 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
 void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& grad_y, Tensor& grad_x,
                                      Tensor& grad_gamma, Tensor& grad_beta) {
+  static_cast<void>(mean); // recomputed in double below
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto t) {
     using T = decltype(t);
     const std::int64_t c = x.size(-1), rows = x.numel() / std::max<std::int64_t>(c, 1);
@@ -96,8 +97,8 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const
       const T* in = x.data<T>() + r * c;
       const T* dy = grad_y.data<T>() + r * c;
       T* dx = grad_x.data<T>() + r * c;
-      // The row mean again in double: the saved one is rounded to T, and x - mean cancels badly
-      // for rows far from zero.
+      // The row mean again in double, not the saved `mean`: that one is rounded to T, and
+      // x - mean cancels badly for rows far from zero (a GPU kernel may prefer the saved one).
       double m = 0.0;
       for (std::int64_t j = 0; j < c; ++j) m += in[j];
       m /= static_cast<double>(c);
