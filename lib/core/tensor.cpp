@@ -1,6 +1,5 @@
 #include "core/tensor.hpp"
 
-#include "autograd/engine.hpp"
 #include "backend/backend.hpp"
 #include "core/rng.hpp"
 

@@ -264,14 +264,20 @@ std::vector<Tensor> chain_weights(int n, std::int64_t k) {
   return w;
 }
 
+/// Registers a hook on each weight that records its name, then runs gelu(h @ w) down the chain.
+Tensor chain_forward(std::vector<Tensor>& w, std::vector<std::string>& order) {
+  for (auto& p : w) p.register_grad_ready_hook([&order](Tensor& q) { order.push_back(q.name()); });
+  Tensor h = Tensor::randn(Shape{2, 3}, 5, 0, DType::Float64);
+  for (auto& p : w) h = gelu(matmul(h, p));
+  return h;
+}
+
 } // namespace
 
 TEST_CASE("gradient-ready hooks fire in reverse order of use along a chain of matmuls", "[unit]") {
   auto w = chain_weights(4, 3);
   std::vector<std::string> order;
-  for (auto& p : w) p.register_grad_ready_hook([&](Tensor& q) { order.push_back(q.name()); });
-  Tensor h = Tensor::randn(Shape{2, 3}, 5, 0, DType::Float64);
-  for (auto& p : w) h = gelu(matmul(h, p));
+  Tensor h = chain_forward(w, order);
   backward(sum(h));
   CHECK(order == std::vector<std::string>{"w4", "w3", "w2", "w1"});
 }
@@ -402,9 +408,7 @@ TEMPLATE_TEST_CASE("backward_input then run gives exactly the gradients of backw
 TEST_CASE("the W pass fires weight hooks in reverse order of use, like one pass", "[unit]") {
   auto w = chain_weights(3, 3);
   std::vector<std::string> order;
-  for (auto& p : w) p.register_grad_ready_hook([&](Tensor& q) { order.push_back(q.name()); });
-  Tensor h = Tensor::randn(Shape{2, 3}, 5, 0, DType::Float64);
-  for (auto& p : w) h = gelu(matmul(h, p));
+  Tensor h = chain_forward(w, order);
   WeightGradPass w_pass = backward_input(sum(h));
   CHECK(order.empty());
   CHECK(w_pass.pending() == 3);
