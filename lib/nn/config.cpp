@@ -1,0 +1,37 @@
+#include "nn/config.hpp"
+
+#include "core/error.hpp"
+
+namespace tinyscale::nn {
+
+void ModelConfig::validate() const {
+  TS_CHECK(vocab_size > 0, "model.vocab_size: expected > 0, found ", vocab_size);
+  TS_CHECK(n_positions > 0, "model.n_positions: expected > 0, found ", n_positions);
+  TS_CHECK(n_layer > 0, "model.n_layer: expected > 0, found ", n_layer);
+  TS_CHECK(n_head > 0, "model.n_head: expected > 0, found ", n_head);
+  TS_CHECK(n_embd > 0 && n_embd % n_head == 0, "model.n_embd: expected a positive multiple of ",
+           "model.n_head = ", n_head, ", found ", n_embd, "; pick n_embd = n_head * head_dim");
+  TS_CHECK(dropout >= 0 && dropout < 1, "model.dropout: expected a probability in [0, 1), found ",
+           dropout);
+  TS_CHECK(layer_norm_epsilon > 0, "model.layer_norm_epsilon: expected > 0, found ",
+           layer_norm_epsilon);
+  TS_CHECK(initializer_range > 0, "model.initializer_range: expected > 0, found ",
+           initializer_range);
+  TS_CHECK(dtype == DType::Float32 || dtype == DType::Float64,
+           "model.dtype: expected float32 or float64, found ", dtype_name(dtype));
+  TS_CHECK(moe.every >= 0, "model.moe.every: expected >= 0 (0 = dense), found ", moe.every);
+  if (moe.every > 0) {
+    TS_CHECK(moe.n_experts >= 1, "model.moe.n_experts: expected >= 1 when model.moe.every > 0, ",
+             "found ", moe.n_experts);
+    TS_CHECK(moe.top_k == 1 || moe.top_k == 2, "model.moe.top_k: expected 1 or 2, found ",
+             moe.top_k);
+    TS_CHECK(moe.top_k <= moe.n_experts,
+             "model.moe.top_k: expected at most model.moe.n_experts = ", moe.n_experts, ", found ",
+             moe.top_k);
+    TS_CHECK(moe.aux_loss_coeff >= 0 && moe.z_loss_coeff >= 0,
+             "model.moe: expected non-negative loss coefficients, found aux_loss_coeff = ",
+             moe.aux_loss_coeff, ", z_loss_coeff = ", moe.z_loss_coeff);
+  }
+}
+
+} // namespace tinyscale::nn

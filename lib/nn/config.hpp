@@ -1,0 +1,47 @@
+// The model's shape (chapters 02 and 03): GPT-2's hyper-parameters with the names Hugging Face's
+// GPT2Config uses, plus the mixture-of-experts switch. One struct feeds the model, the FLOP count,
+// the TOML config and the export, so a size is written in exactly one place.
+#pragma once
+
+#include "core/dtype.hpp"
+
+#include <cstdint>
+
+namespace tinyscale::nn {
+
+/// Mixture-of-experts settings; n_experts == 0 means a dense model.
+struct MoeConfig {
+  int every = 0;     ///< every k-th block (k = every; blocks k-1, 2k-1, ...) is MoE; 0 = none
+  int n_experts = 0; ///< experts per MoE layer (E)
+  int top_k = 1;     ///< experts per token: 1 (Switch) or 2 (GShard, renormalised)
+  double capacity_factor = 1.25; ///< capacity = ceil(factor * tokens * k / E); <= 0 means dropless
+  double aux_loss_coeff = 1e-2;  ///< Switch load-balancing loss coefficient (alpha)
+  double z_loss_coeff = 1e-3;    ///< ST-MoE router z-loss coefficient
+};
+
+/// GPT-2 hyper-parameters (names as in Hugging Face's GPT2Config).
+struct ModelConfig {
+  std::int64_t vocab_size = 256;
+  std::int64_t n_positions = 64; ///< context length (block size)
+  int n_layer = 2;
+  int n_head = 2;
+  std::int64_t n_embd = 64;
+  bool bias = true;     ///< biases in linear layers and LayerNorms
+  double dropout = 0.0; ///< embedding, attention-output and MLP-output dropout
+  double layer_norm_epsilon = 1e-5;
+  double initializer_range = 0.02; ///< std of the normal init; residual projections get
+                                   ///< std / sqrt(2 n_layer) (GPT-2 paper, sec. 2.3)
+  DType dtype = DType::Float32;    ///< parameter and activation dtype (float64 for gradient checks)
+  MoeConfig moe;
+
+  std::int64_t head_dim() const { return n_embd / n_head; }
+  std::int64_t n_inner() const { return 4 * n_embd; }
+  /// True when block `layer` has a MoE MLP.
+  bool is_moe_layer(int layer) const {
+    return moe.every > 0 && moe.n_experts > 0 && (layer + 1) % moe.every == 0;
+  }
+  /// Throws a tinyscale::Error naming the first invalid field (for example n_embd % n_head != 0).
+  void validate() const;
+};
+
+} // namespace tinyscale::nn

@@ -1,0 +1,26 @@
+#include "nn/parameter.hpp"
+
+#include "core/error.hpp"
+
+namespace tinyscale::nn {
+
+const NamedParameter& find_parameter(const ParameterList& params, const std::string& name) {
+  for (const auto& p : params)
+    if (p.name == name) return p;
+  std::string near;
+  const auto dot = name.rfind('.');
+  const std::string stem = dot == std::string::npos ? name : name.substr(0, dot);
+  for (const auto& p : params)
+    if (p.name.rfind(stem, 0) == 0) near += (near.empty() ? "" : ", ") + p.name;
+  TS_CHECK(false, "find_parameter: expected a parameter named '", name, "', found none among ",
+           params.size(), " parameters", near.empty() ? "" : " (similar: " + near + ")");
+  return params.front(); // unreachable
+}
+
+std::int64_t count_elements(const ParameterList& params) {
+  std::int64_t n = 0;
+  for (const auto& p : params) n += p.tensor.numel();
+  return n;
+}
+
+} // namespace tinyscale::nn

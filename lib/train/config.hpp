@@ -1,0 +1,26 @@
+// The training run's settings (chapter 02): how long, how big a batch, how often to evaluate,
+// log and checkpoint. Model, optimizer and data settings live with their own code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tinyscale::train {
+
+/// The [train] section of a run config.
+struct TrainConfig {
+  std::int64_t steps = 200;
+  std::int64_t batch_size = 16;   ///< sequences per optimizer step (global batch)
+  std::int64_t seq_len = 64;      ///< tokens per sequence; at most model.n_positions
+  std::int64_t micro_batches = 1; ///< gradient accumulation: batch_size is split into this many
+  std::uint64_t seed = 42;        ///< parameter init and dropout
+  std::int64_t eval_every =
+      50; ///< evaluate on the validation split every N steps (0 = only at end)
+  std::int64_t eval_batches = 8;     ///< validation batches per evaluation
+  std::int64_t log_every = 10;       ///< print a line every N steps
+  std::int64_t checkpoint_every = 0; ///< write a checkpoint every N steps (0 = never)
+  std::string checkpoint_dir = "checkpoints";
+  double peak_gflops = 0; ///< device peak for MFU; 0 = look up (GPU table / measured CPU peak)
+};
+
+} // namespace tinyscale::train
