@@ -15,9 +15,10 @@ struct DataConfig {
   double val_fraction = 0.1; ///< share of the tokens held out for validation (text, shards)
   std::uint64_t seed = 1234; ///< seeds batch sampling (and the Markov chain)
   // markov source
-  int markov_alphabet = 32; ///< symbols used (bytes 'a'.. upward); vocab stays 256
-  int markov_order = 2;     ///< context length k of the chain
-  int markov_branching = 4; ///< next-symbol choices per context
+  int markov_alphabet = 32;   ///< symbols used (bytes 'a'.. upward); vocab stays 256
+  int markov_order = 2;       ///< context length k of the chain
+  int markov_branching = 4;   ///< next-symbol choices per context
+  double markov_noise = 0.02; ///< chance of a uniform symbol instead (keeps the chain ergodic)
   std::int64_t markov_train_tokens = 1 << 20;
   std::int64_t markov_val_tokens = 1 << 16;
 };
