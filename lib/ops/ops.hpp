@@ -88,6 +88,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
 /// Rows of `table` [V, C] picked by int64 `ids` [...] -> [..., C].
 Tensor embedding(const Tensor& ids, const Tensor& table);
 
+/// Rows of `x` [N, C] picked by int64 `ids` [M] -> [M, C] (an index_select; the same arithmetic
+/// as embedding). Its gradient scatter-adds back, so a row picked twice gets both gradients.
+Tensor gather_rows(const Tensor& x, const Tensor& ids);
+/// The adjoint of gather_rows: a [rows, C] tensor of zeros with src [M, C]'s row m added into
+/// row ids[m] (rows named twice accumulate). A mixture of experts combines expert outputs with it.
+Tensor scatter_add_rows(const Tensor& src, const Tensor& ids, std::int64_t rows);
+/// log(sum(exp(x))) over the last axis, computed stably -> shape of x without its last axis.
+Tensor logsumexp(const Tensor& x);
+
 /// How cross_entropy combines the per-token losses.
 enum class Reduction { Mean, Sum };
 /// Cross-entropy of `logits` [..., V] against int64 `targets` [...]; targets equal to

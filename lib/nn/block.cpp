@@ -1,0 +1,35 @@
+#include "nn/block.hpp"
+
+#include "moe/moe_layer.hpp"
+
+namespace tinyscale::nn {
+
+namespace {
+std::string block_name(int layer) {
+  std::string name = "h.";
+  name += std::to_string(layer);
+  return name;
+}
+} // namespace
+
+Block::Block(ParameterList& params, int layer, const ModelConfig& config, std::uint64_t seed)
+    : ln_1_(params, block_name(layer) + ".ln_1", config.n_embd, config.bias,
+            config.layer_norm_epsilon, config.dtype),
+      attn_(params, block_name(layer) + ".attn", config, seed),
+      ln_2_(params, block_name(layer) + ".ln_2", config.n_embd, config.bias,
+            config.layer_norm_epsilon, config.dtype) {
+  const std::string mlp = block_name(layer) + ".mlp";
+  if (config.is_moe_layer(layer))
+    mlp_ = std::make_unique<moe::MoeFeedForward>(params, mlp, layer, config, seed);
+  else
+    mlp_ = std::make_unique<DenseFeedForward>(params, mlp, config, seed);
+}
+
+FeedForwardOutput Block::forward(const Tensor& x, const ForwardContext& ctx) const {
+  Tensor h = x + attn_.forward(ln_1_.forward(x), ctx);
+  FeedForwardOutput out = mlp_->forward(ln_2_.forward(h), ctx);
+  out.y = h + out.y;
+  return out;
+}
+
+} // namespace tinyscale::nn

@@ -1,0 +1,28 @@
+// One transformer block of GPT-2 (chapter 02), pre-LayerNorm:
+//   x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
+// The residual stream is never normalised in place; only the sublayers' inputs are. The MLP is
+// a FeedForward, so a MoE layer slots in by config (chapter 03).
+#pragma once
+
+#include "nn/attention.hpp"
+#include "nn/mlp.hpp"
+
+#include <memory>
+
+namespace tinyscale::nn {
+
+/// h.N: ln_1, attn, ln_2, mlp.
+class Block {
+public:
+  Block(ParameterList& params, int layer, const ModelConfig& config, std::uint64_t seed);
+  /// x [B, T, C] -> [B, T, C], plus the MoE losses and statistics when the MLP is MoE.
+  FeedForwardOutput forward(const Tensor& x, const ForwardContext& ctx) const;
+
+private:
+  LayerNorm ln_1_;
+  CausalSelfAttention attn_;
+  LayerNorm ln_2_;
+  std::unique_ptr<FeedForward> mlp_;
+};
+
+} // namespace tinyscale::nn

@@ -1,0 +1,51 @@
+// The GPT-2 model (chapter 02): token and position embeddings, a list of blocks, a final
+// LayerNorm and a head tied to the token embedding (logits = x wte^T). It is built from pieces
+// (embed, block i, head) so later chapters can cut it into pipeline stages. Parameter names and
+// layouts are Hugging Face's, so io/hf_export.hpp writes a checkpoint `transformers` loads.
+#pragma once
+
+#include "nn/block.hpp"
+
+#include <vector>
+
+namespace tinyscale::nn {
+
+/// What one forward pass returns.
+struct ModelOutput {
+  Tensor logits;   ///< [B, T, V]
+  Tensor loss;     ///< scalar: lm_loss + aux_loss + z_loss (undefined without targets)
+  Tensor lm_loss;  ///< scalar: mean cross-entropy over the targets (undefined without targets)
+  Tensor aux_loss; ///< scalar: sum over MoE layers (undefined for a dense model)
+  Tensor z_loss;   ///< scalar: sum over MoE layers (undefined for a dense model)
+  std::vector<MoeLayerStats> moe; ///< one entry per MoE layer
+};
+
+/// GPT-2 with optional MoE layers.
+class GPT {
+public:
+  /// Builds and initialises the model (GPT-2 init; every parameter from Philox(seed, its name)).
+  GPT(const ModelConfig& config, std::uint64_t seed);
+
+  const ModelConfig& config() const { return config_; }
+  /// Every parameter once, in forward order; the tied head is wte itself.
+  const ParameterList& parameters() const { return params_; }
+
+  /// ids [B, T] (int64) -> x [B, T, C]: wte[ids] + wpe[0..T), with dropout.
+  Tensor embed(const Tensor& ids, const ForwardContext& ctx) const;
+  /// Block `layer` on x [B, T, C].
+  FeedForwardOutput block(int layer, const Tensor& x, const ForwardContext& ctx) const;
+  /// x [B, T, C] -> logits [B, T, V]: ln_f, then x wte^T.
+  Tensor head(const Tensor& x) const;
+
+  /// The whole model; with targets [B, T] also the losses. Targets of -100 are ignored.
+  ModelOutput forward(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx) const;
+
+private:
+  ModelConfig config_;
+  ParameterList params_;
+  Tensor wte_, wpe_;
+  std::vector<Block> blocks_;
+  LayerNorm ln_f_;
+};
+
+} // namespace tinyscale::nn

@@ -1,0 +1,54 @@
+#include "nn/layers.hpp"
+
+#include "core/rng.hpp"
+#include "nn/context.hpp"
+#include "ops/ops.hpp"
+
+namespace tinyscale::nn {
+
+DropoutRng ForwardContext::dropout_rng(const std::string& name, std::int64_t row_elements) const {
+  // A distinct seed per step (golden-ratio increment, as in splitmix64), a distinct stream per
+  // layer, and an offset that counts elements from the start of the global batch.
+  const std::uint64_t step_seed =
+      seed + 0x9E3779B97F4A7C15ULL * (static_cast<std::uint64_t>(step) + 1);
+  return DropoutRng{step_seed, stream_id(name),
+                    static_cast<std::uint64_t>(row_offset) *
+                        static_cast<std::uint64_t>(row_elements)};
+}
+
+Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init, bool decay) {
+  init.set_name(name);
+  init.set_requires_grad(true);
+  params.push_back(NamedParameter{name, init, decay});
+  return init;
+}
+
+Tensor normal_parameter(ParameterList& params, const std::string& name, const Shape& shape,
+                        double std, std::uint64_t seed, DType dtype, bool decay) {
+  return add_parameter(params, name, Tensor::randn(shape, seed, stream_id(name), dtype, 0.0, std),
+                       decay);
+}
+
+Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out,
+               double std, bool has_bias, std::uint64_t seed, DType dtype) {
+  weight = normal_parameter(params, name + ".weight", Shape({in, out}), std, seed, dtype);
+  if (has_bias)
+    bias = add_parameter(params, name + ".bias", Tensor::zeros(Shape({out}), dtype), false);
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  Tensor y = matmul(x, weight);
+  return bias.defined() ? y + bias : y;
+}
+
+LayerNorm::LayerNorm(ParameterList& params, const std::string& name, std::int64_t dim,
+                     bool has_bias, double epsilon, DType dtype)
+    : eps(epsilon) {
+  weight = add_parameter(params, name + ".weight", Tensor::ones(Shape({dim}), dtype), false);
+  if (has_bias)
+    bias = add_parameter(params, name + ".bias", Tensor::zeros(Shape({dim}), dtype), false);
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+
+} // namespace tinyscale::nn

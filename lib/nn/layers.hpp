@@ -1,0 +1,42 @@
+// The small layers of GPT-2 (chapter 02): Linear, LayerNorm and parameter creation. A Linear's
+// weight is stored [in, out] as GPT-2's Conv1D stores it, so y = x W + b needs no transpose and
+// the Hugging Face checkpoint maps one to one. Every parameter is drawn from its own Philox
+// stream keyed by its name, so its initial value does not depend on creation order.
+#pragma once
+
+#include "nn/parameter.hpp"
+
+#include <string>
+
+namespace tinyscale::nn {
+
+/// Creates a parameter named `name` (requires grad), appends it to `params` and returns it.
+Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init, bool decay);
+/// A normal(0, std) parameter drawn from Philox(seed, stream_id(name)).
+Tensor normal_parameter(ParameterList& params, const std::string& name, const Shape& shape,
+                        double std, std::uint64_t seed, DType dtype, bool decay = true);
+
+/// y = x W + b with W [in, out] (GPT-2's Conv1D layout) and an optional bias [out].
+struct Linear {
+  Tensor weight;
+  Tensor bias; ///< undefined when the model has no biases
+
+  /// Registers `<name>.weight` (normal(0, std), decayed) and `<name>.bias` (zeros, not decayed).
+  Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out,
+         double std, bool bias, std::uint64_t seed, DType dtype);
+  /// x [..., in] -> [..., out].
+  Tensor forward(const Tensor& x) const;
+};
+
+/// LayerNorm over the last axis with gain `weight` (ones) and optional `bias` (zeros).
+struct LayerNorm {
+  Tensor weight;
+  Tensor bias;
+  double eps;
+
+  LayerNorm(ParameterList& params, const std::string& name, std::int64_t dim, bool bias, double eps,
+            DType dtype);
+  Tensor forward(const Tensor& x) const;
+};
+
+} // namespace tinyscale::nn

@@ -1,0 +1,26 @@
+#include "nn/mlp.hpp"
+
+#include <cmath>
+
+namespace tinyscale::nn {
+
+Mlp::Mlp(ParameterList& params, const std::string& name, const ModelConfig& config,
+         std::uint64_t seed)
+    : c_fc(params, name + ".c_fc", config.n_embd, config.n_inner(), config.initializer_range,
+           config.bias, seed, config.dtype),
+      c_proj(params, name + ".c_proj", config.n_inner(), config.n_embd,
+             config.initializer_range / std::sqrt(2.0 * config.n_layer), config.bias, seed,
+             config.dtype) {}
+
+DenseFeedForward::DenseFeedForward(ParameterList& params, const std::string& name,
+                                   const ModelConfig& config, std::uint64_t seed)
+    : name_(name), dropout_(config.dropout), mlp_(params, name, config, seed) {}
+
+FeedForwardOutput DenseFeedForward::forward(const Tensor& x, const ForwardContext& ctx) const {
+  Tensor y = mlp_.forward(x);
+  if (ctx.training && dropout_ > 0)
+    y = dropout(y, dropout_, ctx.dropout_rng(name_, x.size(1) * x.size(2)));
+  return FeedForwardOutput{y, Tensor(), Tensor(), std::nullopt};
+}
+
+} // namespace tinyscale::nn
