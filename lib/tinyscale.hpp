@@ -10,4 +10,7 @@
 #include "core/rng.hpp"
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
+#include "moe/moe_layer.hpp"
+#include "moe/router.hpp"
+#include "nn/gpt.hpp"
 #include "ops/ops.hpp"

@@ -1,0 +1,200 @@
+// The GPT-2 model (chapter 02): Hugging Face names and shapes, GPT-2 initialisation, gradients
+// of the whole model against finite differences in float64, causality, and dropout masks that
+// depend only on (seed, step, layer, global row).
+#include "gradcheck.hpp"
+
+#include <cmath>
+#include <map>
+
+using namespace tinyscale;
+using tinyscale::testing::check_gradients;
+using tinyscale::testing::GradTolerance;
+
+namespace {
+nn::ModelConfig tiny_config(DType dtype = DType::Float64) {
+  nn::ModelConfig c;
+  c.vocab_size = 11;
+  c.n_positions = 6;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.dtype = dtype;
+  c.initializer_range = 0.2; // larger than GPT-2's 0.02 so every path carries a visible gradient
+  return c;
+}
+
+Tensor token_ids(std::int64_t b, std::int64_t t, std::int64_t vocab, std::uint64_t seed) {
+  std::vector<std::int64_t> ids;
+  Philox rng(seed, stream_id("test.tokens"));
+  for (std::int64_t i = 0; i < b * t; ++i)
+    ids.push_back(static_cast<std::int64_t>(rng.uniform_at(static_cast<std::uint64_t>(i)) *
+                                            static_cast<double>(vocab)));
+  return Tensor::from_ids(ids, Shape({b, t}));
+}
+
+std::vector<Tensor> tensors_of(const nn::ParameterList& params) {
+  std::vector<Tensor> out;
+  for (const auto& p : params) out.push_back(p.tensor);
+  return out;
+}
+} // namespace
+
+TEST_CASE("GPT parameters carry Hugging Face GPT-2 names, [in, out] shapes and decay flags",
+          "[unit][model]") {
+  nn::ModelConfig c = tiny_config(DType::Float32);
+  nn::GPT model(c, 1);
+  std::vector<std::string> names;
+  std::map<std::string, Shape> shapes;
+  for (const auto& p : model.parameters()) {
+    names.push_back(p.name);
+    shapes.emplace(p.name, p.tensor.shape());
+    CHECK(p.tensor.name() == p.name);
+    CHECK(p.tensor.requires_grad());
+    // decay exactly the matmul weights (2-D, not embeddings): GPT-2/nanoGPT practice
+    const bool matmul_weight = p.tensor.rank() == 2 && p.name.find("wte") == std::string::npos &&
+                               p.name.find("wpe") == std::string::npos;
+    CHECK(p.decay == matmul_weight);
+  }
+  std::vector<std::string> expected{"wte.weight", "wpe.weight"};
+  for (int i = 0; i < 2; ++i) {
+    std::string h = "h.";
+    h += std::to_string(i);
+    for (const char* s :
+         {".ln_1.weight", ".ln_1.bias", ".attn.c_attn.weight", ".attn.c_attn.bias",
+          ".attn.c_proj.weight", ".attn.c_proj.bias", ".ln_2.weight", ".ln_2.bias",
+          ".mlp.c_fc.weight", ".mlp.c_fc.bias", ".mlp.c_proj.weight", ".mlp.c_proj.bias"})
+      expected.push_back(h + s);
+  }
+  expected.push_back("ln_f.weight");
+  expected.push_back("ln_f.bias");
+  CHECK(names == expected);
+  CHECK(shapes.at("wte.weight") == Shape({11, 8}));
+  CHECK(shapes.at("wpe.weight") == Shape({6, 8}));
+  CHECK(shapes.at("h.1.attn.c_attn.weight") == Shape({8, 24})); // Conv1D: [in, out]
+  CHECK(shapes.at("h.1.attn.c_attn.bias") == Shape({24}));
+  CHECK(shapes.at("h.0.mlp.c_fc.weight") == Shape({8, 32}));
+  CHECK(shapes.at("h.0.mlp.c_proj.weight") == Shape({32, 8}));
+  // V C + P C + L (12 C^2 + 13 C) + 2 C, the GPT-2 parameter count with biases
+  CHECK(nn::count_elements(model.parameters()) == 11 * 8 + 6 * 8 + 2 * (12 * 64 + 13 * 8) + 16);
+
+  c.bias = false;
+  nn::GPT no_bias(c, 1);
+  for (const auto& p : no_bias.parameters()) CHECK(p.name.find(".bias") == std::string::npos);
+}
+
+TEST_CASE("GPT-2 init: normal(0, 0.02), residual projections / sqrt(2 n_layer), norms one",
+          "[unit][model]") {
+  nn::ModelConfig c;
+  c.n_layer = 8;
+  c.n_embd = 128;
+  c.n_head = 4;
+  nn::GPT model(c, 7);
+  auto stats = [&](const std::string& name) {
+    auto v = nn::find_parameter(model.parameters(), name).tensor.to_vector();
+    double s = 0, s2 = 0;
+    for (double x : v) s += x, s2 += x * x;
+    const double n = static_cast<double>(v.size());
+    return std::pair<double, double>{s / n, std::sqrt(s2 / n - (s / n) * (s / n))};
+  };
+  // 49,152 samples: the sample std is within 1% of the true one with overwhelming probability
+  CHECK(stats("h.3.attn.c_attn.weight").second == Approx(0.02).epsilon(0.01));
+  CHECK(stats("h.3.mlp.c_fc.weight").second == Approx(0.02).epsilon(0.01));
+  CHECK(stats("h.3.mlp.c_proj.weight").second == Approx(0.02 / 4.0).epsilon(0.01));
+  CHECK(stats("h.3.attn.c_proj.weight").second == Approx(0.02 / 4.0).epsilon(0.02));
+  CHECK(std::abs(stats("wte.weight").first) < 1e-3);
+  CHECK(stats("h.0.ln_1.weight") == std::pair<double, double>{1.0, 0.0});
+  CHECK(stats("h.0.mlp.c_fc.bias") == std::pair<double, double>{0.0, 0.0});
+  // drawn from the parameter's own stream: same seed same values, another seed other values
+  nn::GPT again(c, 7), other(c, 8);
+  CHECK(nn::find_parameter(again.parameters(), "h.5.mlp.c_fc.weight").tensor.to_vector() ==
+        nn::find_parameter(model.parameters(), "h.5.mlp.c_fc.weight").tensor.to_vector());
+  CHECK(nn::find_parameter(other.parameters(), "h.5.mlp.c_fc.weight").tensor.to_vector() !=
+        nn::find_parameter(model.parameters(), "h.5.mlp.c_fc.weight").tensor.to_vector());
+}
+
+TEST_CASE("The whole GPT's gradients equal finite differences (float64, dense)",
+          "[unit][model][grad]") {
+  nn::ModelConfig c = tiny_config();
+  c.bias = GENERATE(true, false);
+  nn::GPT model(c, 3);
+  Tensor ids = token_ids(2, 5, c.vocab_size, 1), targets = token_ids(2, 5, c.vocab_size, 2);
+  auto loss = [&](const std::vector<Tensor>&) { return model.forward(ids, targets, {}).loss; };
+  CHECK(check_gradients(loss, tensors_of(model.parameters())) <= 1.0);
+}
+
+TEST_CASE("The whole GPT's gradients equal finite differences (float64, top-2 MoE, dropping)",
+          "[unit][model][grad][moe]") {
+  nn::ModelConfig c = tiny_config();
+  c.moe.every = 2; // block 1 is MoE
+  c.moe.n_experts = 3;
+  c.moe.top_k = 2;
+  c.moe.capacity_factor = GENERATE(0.0, 0.6); // dropless, and dropping some assignments
+  nn::GPT model(c, 5);
+  Tensor ids = token_ids(2, 5, c.vocab_size, 3), targets = token_ids(2, 5, c.vocab_size, 4);
+  nn::ModelOutput out = model.forward(ids, targets, {});
+  REQUIRE(out.moe.size() == 1);
+  if (c.moe.capacity_factor > 0) CHECK(out.moe[0].dropped > 0);
+  CHECK(out.aux_loss.defined());
+  auto loss = [&](const std::vector<Tensor>&) { return model.forward(ids, targets, {}).loss; };
+  CHECK(check_gradients(loss, tensors_of(model.parameters())) <= 1.0);
+}
+
+TEST_CASE("GPT is causal: changing token t changes no logits before t", "[unit][model]") {
+  nn::ModelConfig c = tiny_config();
+  nn::GPT model(c, 4);
+  Tensor ids = token_ids(1, 6, c.vocab_size, 5);
+  std::vector<std::int64_t> changed(ids.data<std::int64_t>(), ids.data<std::int64_t>() + 6);
+  changed[3] = (changed[3] + 1) % c.vocab_size;
+  auto a = model.forward(ids, Tensor(), {}).logits.to_vector();
+  auto b = model.forward(Tensor::from_ids(changed, Shape({1, 6})), Tensor(), {}).logits.to_vector();
+  const std::size_t v = static_cast<std::size_t>(c.vocab_size);
+  CHECK(std::vector<double>(a.begin(), a.begin() + 3 * v) ==
+        std::vector<double>(b.begin(), b.begin() + 3 * v));
+  CHECK(std::vector<double>(a.begin() + 3 * v, a.end()) !=
+        std::vector<double>(b.begin() + 3 * v, b.end()));
+}
+
+TEST_CASE("Dropout masks depend only on seed, step, layer and global row", "[unit][model]") {
+  nn::ModelConfig c = tiny_config(DType::Float32);
+  c.dropout = 0.3;
+  nn::GPT model(c, 6);
+  Tensor ids = token_ids(4, 5, c.vocab_size, 6);
+  nn::ForwardContext ctx{true, 11, 3, 0};
+  auto whole = model.forward(ids, Tensor(), ctx).logits.to_vector();
+  // rows [0, 2) and [2, 4) run separately, as two data-parallel ranks would
+  nn::ForwardContext second = ctx;
+  second.row_offset = 2;
+  auto top = model.forward(slice(ids, 0, 0, 2), Tensor(), ctx).logits.to_vector();
+  auto bottom = model.forward(slice(ids, 0, 2, 4), Tensor(), second).logits.to_vector();
+  top.insert(top.end(), bottom.begin(), bottom.end());
+  // equal up to GEMM rounding (a 2-row product may block differently from a 4-row one); a
+  // different mask would change logits by O(1)
+  double worst = 0;
+  for (std::size_t i = 0; i < top.size(); ++i) worst = std::max(worst, std::abs(top[i] - whole[i]));
+  CHECK(worst < 1e-5);
+  // another step draws other masks; evaluation draws none
+  nn::ForwardContext next = ctx;
+  next.step = 4;
+  CHECK(model.forward(ids, Tensor(), next).logits.to_vector() != whole);
+  nn::ForwardContext eval = ctx;
+  eval.training = false;
+  nn::ModelConfig no_dropout = c;
+  no_dropout.dropout = 0;
+  CHECK(model.forward(ids, Tensor(), eval).logits.to_vector() ==
+        nn::GPT(no_dropout, 6).forward(ids, Tensor(), ctx).logits.to_vector());
+}
+
+TEST_CASE("GPT rejects bad configs and over-long sequences before any work", "[unit][model]") {
+  nn::ModelConfig c = tiny_config();
+  c.n_embd = 9; // not a multiple of n_head = 2
+  CHECK_THROWS_WITH(nn::GPT(c, 1), Catch::Contains("model.n_embd: expected a positive multiple"));
+  c = tiny_config();
+  c.moe.every = 1;
+  c.moe.n_experts = 2;
+  c.moe.top_k = 3;
+  CHECK_THROWS_WITH(nn::GPT(c, 1), Catch::Contains("model.moe.top_k: expected 1 or 2, found 3"));
+  nn::GPT model(tiny_config(), 1);
+  CHECK_THROWS_WITH(
+      model.forward(token_ids(1, 7, 11, 1), Tensor(), {}),
+      Catch::Contains("expected at most n_positions = 6 tokens per sequence, found 7"));
+}
