@@ -5,6 +5,7 @@
 
 #include "autograd/record.hpp"
 #include "backend/backend.hpp"
+#include "metrics/flop_counter.hpp"
 #include "ops/ops.hpp"
 
 namespace tinyscale {
@@ -51,6 +52,7 @@ Tensor gemm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double
   out.push_back(trans_a ? a.size(-1) : a.size(-2));
   out.push_back(g.n);
   Tensor c = Tensor::empty(Shape(out), a.dtype(), a.device());
+  metrics::add_matmul_flops(2 * g.batch * g.m * g.n * g.k); // FlopCounter sees every product
   backend_of(a).gemm(g, a, b, c);
   return c;
 }
