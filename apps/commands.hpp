@@ -12,4 +12,11 @@ void add_bench_peak(CLI::App& bench);
 /// Adds `info`: what this build contains and which devices it sees.
 void add_info(CLI::App& app);
 
+/// Adds `bench train`: training tokens/s and CPU MFU of one config.
+void add_bench_train(CLI::App& bench);
+/// Adds `train`: the single-rank training run.
+void add_train(CLI::App& app);
+/// Adds `export-hf`: a checkpoint as a Hugging Face GPT-2 model.
+void add_export_hf(CLI::App& app);
+
 } // namespace tinyscale::app

@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   tinyscale::app::add_bench_ops(*bench);
   tinyscale::app::add_bench_peak(*bench);
+  tinyscale::app::add_bench_train(*bench);
+  tinyscale::app::add_train(app);
+  tinyscale::app::add_export_hf(app);
   tinyscale::app::add_info(app);
   try {
     app.parse(argc, argv);

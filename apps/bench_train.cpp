@@ -1,0 +1,71 @@
+// `tinyscale bench train`: training throughput and CPU MFU of one config (chapter 02). Warm-up
+// steps run untimed; the table reports the median of the timed steps, so one slow step (page
+// faults on first touch, a noisy neighbour) does not move the figure.
+#include "commands.hpp"
+#include "io/config.hpp"
+#include "metrics/mfu.hpp"
+#include "train/trainer.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+namespace tinyscale::app {
+
+namespace {
+struct BenchTrainOptions {
+  std::string config = "configs/bench-cpu.toml";
+  std::vector<std::string> overrides;
+  std::int64_t steps = 5;
+  std::int64_t warmup = 1;
+  double peak_gflops = 0;
+};
+
+void run_bench_train(const BenchTrainOptions& opt) {
+  io::RunConfig config = io::load_config(opt.config, opt.overrides);
+  config.train.steps = opt.warmup + opt.steps;
+  train::Trainer trainer(config);
+  const auto& m = config.model;
+  const auto& t = config.train;
+  std::printf("tinyscale bench train --config %s --steps %lld --warmup %lld\n", opt.config.c_str(),
+              static_cast<long long>(opt.steps), static_cast<long long>(opt.warmup));
+  std::printf("model: %lld parameters (%d layers, d_model %lld, %d heads, vocab %lld)%s; batch "
+              "%lld x %lld tokens\n\n",
+              static_cast<long long>(nn::count_elements(trainer.model().parameters())), m.n_layer,
+              static_cast<long long>(m.n_embd), m.n_head, static_cast<long long>(m.vocab_size),
+              m.moe.every > 0 ? " MoE" : "", static_cast<long long>(t.batch_size),
+              static_cast<long long>(t.seq_len));
+  for (std::int64_t i = 0; i < opt.warmup; ++i) trainer.train_step();
+  std::vector<double> seconds;
+  for (std::int64_t i = 0; i < opt.steps; ++i) seconds.push_back(trainer.train_step().seconds);
+  std::sort(seconds.begin(), seconds.end());
+  const double median = seconds[seconds.size() / 2];
+  const double tokens_per_s = static_cast<double>(t.batch_size * t.seq_len) / median;
+  const double flops = trainer.flops_per_token();
+  const metrics::Peak peak = metrics::resolve_peak(opt.peak_gflops, Device::cpu(), "fp32");
+  const auto mfu = metrics::mfu(flops, tokens_per_s, peak);
+  std::printf("| step time (median of %lld) | tokens/s | model GF/s | peak GF/s | MFU |\n",
+              static_cast<long long>(opt.steps));
+  std::printf("|---|---|---|---|---|\n");
+  char peak_text[32] = "n/a", mfu_text[32] = "n/a";
+  if (peak.flops) std::snprintf(peak_text, sizeof peak_text, "%.1f", *peak.flops * 1e-9);
+  if (mfu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * *mfu);
+  std::printf("| %.3f s | %.0f | %.1f | %s | %s |\n\n", median, tokens_per_s,
+              flops * tokens_per_s * 1e-9, peak_text, mfu_text);
+  std::printf("%s\n", metrics::format_mfu(flops, tokens_per_s, peak).c_str());
+}
+} // namespace
+
+void add_bench_train(CLI::App& bench) {
+  auto opt = std::make_shared<BenchTrainOptions>();
+  auto* cmd = bench.add_subcommand("train", "Training tokens/s and CPU MFU of one config");
+  cmd->add_option("--config", opt->config, "TOML run config", true);
+  cmd->add_option("--set", opt->overrides, "Override a config key (repeatable)");
+  cmd->add_option("--steps", opt->steps, "Timed steps", true)->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", opt->warmup, "Untimed steps first", true)->check(CLI::Range(0, 1000));
+  cmd->add_option("--peak-gflops", opt->peak_gflops,
+                  "Peak GF/s for MFU (default: the cached `tinyscale bench peak`)");
+  cmd->callback([opt] { run_bench_train(*opt); });
+}
+
+} // namespace tinyscale::app

@@ -1,0 +1,49 @@
+// `tinyscale export-hf DIR`: a checkpoint as a Hugging Face GPT-2 model (config.json +
+// model.safetensors) that `transformers.GPT2LMHeadModel.from_pretrained(DIR)` loads.
+#include "commands.hpp"
+#include "io/checkpoint.hpp"
+#include "io/config.hpp"
+#include "io/hf_export.hpp"
+#include "nn/gpt.hpp"
+
+#include <cstdio>
+#include <map>
+#include <memory>
+
+namespace tinyscale::app {
+
+namespace {
+struct ExportOptions {
+  std::string dir;
+  std::string checkpoint = "checkpoints";
+};
+
+void run_export(const ExportOptions& opt) {
+  io::Checkpoint c = io::read_checkpoint(opt.checkpoint);
+  io::RunConfig config = io::parse_config(c.config_toml, opt.checkpoint + " (manifest config)");
+  std::map<std::string, Tensor> saved(c.model.begin(), c.model.end());
+  nn::ParameterList params;
+  nn::GPT model(config.model, config.train.seed); // names and order; values come from the file
+  for (const auto& p : model.parameters()) {
+    auto it = saved.find(p.name);
+    TS_CHECK(it != saved.end(), "export-hf: expected parameter '", p.name, "' in ",
+             opt.checkpoint, ", found none");
+    params.push_back(nn::NamedParameter{p.name, it->second, p.decay});
+  }
+  io::export_hf(opt.dir, config.model, params);
+  std::printf("exported step %lld of %s to %s (config.json, model.safetensors)\n",
+              static_cast<long long>(c.step), opt.checkpoint.c_str(), opt.dir.c_str());
+}
+} // namespace
+
+void add_export_hf(CLI::App& app) {
+  auto opt = std::make_shared<ExportOptions>();
+  auto* cmd = app.add_subcommand(
+      "export-hf", "Write a checkpoint as a Hugging Face GPT-2 model (config.json + safetensors)");
+  cmd->add_option("dir", opt->dir, "Output directory")->required();
+  cmd->add_option("--checkpoint", opt->checkpoint,
+                  "Checkpoint step directory or root (follows `latest`)", true);
+  cmd->callback([opt] { run_export(*opt); });
+}
+
+} // namespace tinyscale::app
