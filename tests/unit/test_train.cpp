@@ -1,0 +1,111 @@
+// The training loop (chapter 02): a resumed run reproduces the uninterrupted run bit for bit,
+// micro-batching equals the whole batch, and a corrupted checkpoint stops a resume with a clear
+// error instead of training from garbage.
+#include "gradcheck.hpp"
+#include "train/trainer.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+using namespace tinyscale;
+namespace fs = std::filesystem;
+
+namespace {
+io::RunConfig small_run(const std::string& checkpoint_dir) {
+  io::RunConfig c;
+  c.model.vocab_size = 256;
+  c.model.n_positions = 16;
+  c.model.n_layer = 2;
+  c.model.n_head = 2;
+  c.model.n_embd = 16;
+  c.model.dropout = 0.1; // exercise the dropout streams across the resume
+  c.data.markov_train_tokens = 4096;
+  c.data.markov_val_tokens = 1024;
+  c.train.steps = 6;
+  c.train.batch_size = 4;
+  c.train.seq_len = 16;
+  c.train.eval_batches = 2;
+  c.train.checkpoint_dir = checkpoint_dir;
+  c.optim.warmup_steps = 2;
+  return c;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("tinyscale_test_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+} // namespace
+
+TEST_CASE("A resumed run reproduces the uninterrupted run's losses and parameters bit for bit",
+          "[unit][train]") {
+  const fs::path dir = fresh_dir("resume");
+  io::RunConfig config = small_run(dir.string());
+  SECTION("dense") {}
+  SECTION("MoE with dropping") { config.model.moe = {2, 3, 2, 0.8, 1e-2, 1e-3}; }
+  train::Trainer straight(config);
+  std::vector<double> expected;
+  for (int i = 0; i < 6; ++i) expected.push_back(straight.train_step().loss);
+
+  train::Trainer first(config);
+  for (int i = 0; i < 3; ++i) CHECK(first.train_step().loss == expected[static_cast<std::size_t>(i)]);
+  first.save_checkpoint();
+  train::Trainer second(config); // a new process would start exactly like this
+  second.resume(dir.string());
+  CHECK(second.step() == 3);
+  for (int i = 3; i < 6; ++i) CHECK(second.train_step().loss == expected[static_cast<std::size_t>(i)]);
+  for (std::size_t i = 0; i < straight.model().parameters().size(); ++i)
+    CHECK(straight.model().parameters()[i].tensor.to_vector() ==
+          second.model().parameters()[i].tensor.to_vector());
+  CHECK(second.evaluate() == straight.evaluate());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Gradient accumulation over micro-batches equals one batch (fp32, rel. error 1e-5)",
+          "[unit][train]") {
+  io::RunConfig config = small_run(fresh_dir("micro").string());
+  config.model.dropout = 0;
+  train::Trainer whole(config);
+  config.train.micro_batches = 2;
+  train::Trainer split(config);
+  for (int i = 0; i < 3; ++i) {
+    const auto a = whole.train_step(), b = split.train_step();
+    CHECK(b.loss == Approx(a.loss).epsilon(1e-5));
+    CHECK(b.grad_norm == Approx(a.grad_norm).epsilon(1e-5));
+  }
+  for (std::size_t i = 0; i < whole.model().parameters().size(); ++i) {
+    auto a = whole.model().parameters()[i].tensor.to_vector();
+    auto b = split.model().parameters()[i].tensor.to_vector();
+    double worst = 0, scale = 0;
+    for (std::size_t j = 0; j < a.size(); ++j)
+      worst = std::max(worst, std::abs(a[j] - b[j])), scale = std::max(scale, std::abs(a[j]));
+    INFO(whole.model().parameters()[i].name);
+    CHECK(worst <= 1e-5 * std::max(scale, 1e-3));
+  }
+}
+
+TEST_CASE("Resuming from a corrupted checkpoint fails with a clear error", "[unit][train]") {
+  const fs::path dir = fresh_dir("corrupt");
+  io::RunConfig config = small_run(dir.string());
+  train::Trainer t(config);
+  t.train_step();
+  const fs::path step_dir = t.save_checkpoint();
+  const fs::path model = step_dir / "model.safetensors";
+  {
+    std::fstream f(model, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(model) / 2));
+    f.put('\x7f');
+  }
+  train::Trainer again(config);
+  CHECK_THROWS_WITH(again.resume(dir.string()), Catch::Contains("model.safetensors"));
+  fs::resize_file(model, fs::file_size(model) - 100);
+  CHECK_THROWS_WITH(again.resume(dir.string()), Catch::Contains("model.safetensors"));
+  // a checkpoint of another model shape is refused by name
+  io::RunConfig wider = config;
+  wider.model.n_embd = 32;
+  wider.train.checkpoint_dir = (dir / "other").string();
+  train::Trainer w(wider);
+  w.save_checkpoint();
+  CHECK_THROWS_WITH(again.resume((dir / "other").string()), Catch::Contains("model configs differ"));
+  fs::remove_all(dir);
+}
