@@ -28,7 +28,9 @@ public:
   /// A chain with given probabilities: probs[c * alphabet + x] = P(x | c), each row summing to 1.
   static MarkovChain from_probabilities(int alphabet, int order, const std::vector<double>& probs);
 
+  /// Number of symbols.
   int alphabet() const { return alphabet_; }
+  /// Context length k.
   int order() const { return order_; }
   /// Number of contexts, alphabet^order.
   std::int64_t contexts() const { return contexts_; }

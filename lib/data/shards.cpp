@@ -8,6 +8,7 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <glob.h>
 #include <iterator>
 
 namespace tinyscale::data {
@@ -85,8 +86,20 @@ std::vector<std::uint16_t> read_token_shard(const std::string& path, std::int64_
 }
 
 std::vector<std::string> list_token_shards(const std::string& path) {
-  TS_CHECK(!path.empty(), "token shards: expected a shard file or a directory of *.bin shards, "
-                          "found an empty path; set data.path");
+  TS_CHECK(!path.empty(), "token shards: expected a shard file, a directory of *.bin shards or a ",
+           "pattern, found an empty path; set data.path");
+  if (path.find_first_of("*?[") != std::string::npos) {
+    // A pattern such as "fineweb/fineweb_train_*.bin": POSIX glob, which sorts its matches.
+    glob_t matches{};
+    const int rc = ::glob(path.c_str(), 0, nullptr, &matches);
+    std::vector<std::string> files;
+    for (std::size_t i = 0; rc == 0 && i < matches.gl_pathc; ++i)
+      if (fs::is_regular_file(matches.gl_pathv[i])) files.emplace_back(matches.gl_pathv[i]);
+    ::globfree(&matches);
+    TS_CHECK(!files.empty(), "token shards: expected files matching '", path,
+             "', found none; check data.path / data.val_path");
+    return files;
+  }
   TS_CHECK(fs::exists(path), "token shards: expected a file or directory at '", path,
            "', found nothing there; check data.path / data.val_path");
   if (!fs::is_directory(path)) return {path};

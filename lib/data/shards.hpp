@@ -25,7 +25,8 @@ void write_token_shard(const std::string& path, const std::vector<std::uint16_t>
 /// on a token >= vocab_size (naming the token, its position and the vocabulary size).
 std::vector<std::uint16_t> read_token_shard(const std::string& path, std::int64_t vocab_size);
 
-/// The shard files that `path` names: the file itself, or every *.bin in the directory, sorted.
+/// The shard files that `path` names, sorted: the file itself, every *.bin in a directory, or the
+/// files matching a pattern with * ? [ ] ("data/fineweb_train_*.bin", as llm.c names them).
 std::vector<std::string> list_token_shards(const std::string& path);
 
 /// The tokens of every shard list_token_shards(path) finds, concatenated in order.

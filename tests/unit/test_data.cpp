@@ -214,6 +214,21 @@ TEST_CASE("val_path shards are the validation split and may not overlap the trai
   CHECK_THROWS_WITH(TokenDataset::open(c, 10), Contains("t.bin") && Contains("in both"));
 }
 
+TEST_CASE("llm.c-style train and val shards in one directory are told apart by patterns",
+          "[unit]") {
+  ScratchDir dir("shard_glob");
+  write_token_shard(dir.file("fw_train_000001.bin"), {3, 4, 5});
+  write_token_shard(dir.file("fw_train_000000.bin"), {1, 2});
+  write_token_shard(dir.file("fw_val_000000.bin"), {7, 7, 7});
+  DataConfig c;
+  c.source = "shards", c.path = dir.file("fw_train_*.bin"), c.val_path = dir.file("fw_val_*.bin");
+  const auto ds = TokenDataset::open(c, 8);
+  CHECK(ds.tokens(Split::Train) == std::vector<std::uint16_t>{1, 2, 3, 4, 5});
+  CHECK(ds.tokens(Split::Val) == std::vector<std::uint16_t>{7, 7, 7});
+  c.path = dir.file("fw_test_*.bin");
+  CHECK_THROWS_WITH(TokenDataset::open(c, 8), Contains("matching") && Contains("fw_test_*.bin"));
+}
+
 TEST_CASE("shard errors name the file and what was expected and found", "[unit]") {
   ScratchDir dir("shard_errors");
   CHECK_THROWS_WITH(read_token_shard(dir.file("none.bin"), 10), Contains("none.bin"));

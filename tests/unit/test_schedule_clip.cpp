@@ -59,6 +59,16 @@ TEST_CASE("clip_grad_norm leaves gradients alone below max_norm and when disable
   CHECK(a.grad().to_vector() == std::vector<double>{3, 4});
 }
 
+TEST_CASE("clip_grad_norm follows PyTorch at norm == max_norm: the 1e-6 still scales", "[unit]") {
+  // torch clamps max_norm / (norm + 1e-6) at 1, so a norm just at the limit is scaled by
+  // 5 / 5.000001, not left alone as a "norm > max_norm" test would do.
+  Tensor a = param({0, 0}, Shape{2}, DType::Float64);
+  set_grad(a, {3, 4});
+  CHECK(clip_grad_norm({{"a", a, true}}, 5.0) == 5.0);
+  const double f = 5.0 / (5.0 + 1e-6);
+  CHECK(a.grad().to_vector() == std::vector<double>{3 * f, 4 * f});
+}
+
 // ---- schedule ------------------------------------------------------------------------------
 
 namespace {
