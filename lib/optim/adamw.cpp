@@ -1,0 +1,170 @@
+// AdamW, element by element in double in torch.optim.AdamW's order of operations (chapter 02).
+#include "optim/adamw.hpp"
+
+#include "core/error.hpp"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace tinyscale::optim {
+
+namespace {
+
+// The per-step scalars shared by every element of one parameter.
+struct Coefficients {
+  double decay_factor; // 1 - lr * wd, or 1 when the parameter is not decayed
+  double beta1, beta2, eps;
+  double step_size; // lr / (1 - beta1^t)
+  double bc2_sqrt;  // sqrt(1 - beta2^t)
+};
+
+// torch.lerp: start + w * (end - start) for w < 0.5, else end - (end - start) * (1 - w).
+double lerp(double start, double end, double weight) {
+  return weight < 0.5 ? start + weight * (end - start) : end - (end - start) * (1.0 - weight);
+}
+
+template <typename T>
+void update(T* p, T* m, T* v, const T* g, std::int64_t n, const Coefficients& k) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double grad = g[i];
+    const double param = static_cast<double>(p[i]) * k.decay_factor;
+    const double exp_avg = lerp(m[i], grad, 1.0 - k.beta1);
+    const double exp_avg_sq = static_cast<double>(v[i]) * k.beta2 + (1.0 - k.beta2) * grad * grad;
+    const double denom = std::sqrt(exp_avg_sq) / k.bc2_sqrt + k.eps;
+    m[i] = static_cast<T>(exp_avg);
+    v[i] = static_cast<T>(exp_avg_sq);
+    p[i] = static_cast<T>(param - k.step_size * (exp_avg / denom));
+  }
+}
+
+} // namespace
+
+AdamW::AdamW(nn::ParameterList params, const OptimConfig& config)
+    : params_(std::move(params)), beta1_(config.beta1), beta2_(config.beta2), eps_(config.eps),
+      weight_decay_(config.weight_decay) {
+  TS_CHECK(beta1_ >= 0 && beta1_ < 1 && beta2_ >= 0 && beta2_ < 1,
+           "AdamW: expected optim.beta1 and optim.beta2 in [0, 1), found beta1 = ", beta1_,
+           ", beta2 = ", beta2_, "; the usual values are 0.9 and 0.95");
+  TS_CHECK(eps_ >= 0, "AdamW: expected optim.eps >= 0, found ", eps_, "; the usual value is 1e-8");
+  TS_CHECK(weight_decay_ >= 0, "AdamW: expected optim.weight_decay >= 0, found ", weight_decay_);
+  std::set<std::string> names;
+  std::set<const TensorImpl*> tensors;
+  for (const auto& p : params_) {
+    TS_CHECK(p.tensor.defined(), "AdamW: expected a defined tensor for parameter '", p.name,
+             "', found an undefined one");
+    TS_CHECK(names.insert(p.name).second, "AdamW: expected unique parameter names, found '", p.name,
+             "' twice; give every parameter its own name");
+    TS_CHECK(tensors.insert(p.tensor.id()).second, "AdamW: expected each tensor once, found '",
+             p.name,
+             "' sharing its tensor with an earlier parameter; list a tied weight once, "
+             "or it is updated twice per step");
+    check_floating(p.tensor, "AdamW", p.name.c_str());
+    TS_CHECK(p.tensor.device() == Device::cpu(), "AdamW: expected host parameters, found '", p.name,
+             "' on ", p.tensor.device().str(), "; this optimizer runs on the CPU");
+    exp_avg_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype()));
+    exp_avg_sq_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype()));
+    steps_.push_back(0);
+  }
+}
+
+void AdamW::step(double lr) {
+  TS_CHECK(std::isfinite(lr) && lr >= 0, "AdamW::step: expected a finite lr >= 0, found ", lr);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].tensor;
+    const Tensor g = p.grad();
+    if (!g.defined()) continue; // no gradient this step: PyTorch skips the parameter entirely
+    const std::int64_t t = ++steps_[i];
+    const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t));
+    const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t));
+    const Coefficients k{params_[i].decay ? 1.0 - lr * weight_decay_ : 1.0,
+                         beta1_,
+                         beta2_,
+                         eps_,
+                         lr / bc1,
+                         std::sqrt(bc2)};
+    if (p.dtype() == DType::Float32)
+      update(p.data<float>(), exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(),
+             g.data<float>(), p.numel(), k);
+    else
+      update(p.data<double>(), exp_avg_[i].data<double>(), exp_avg_sq_[i].data<double>(),
+             g.data<double>(), p.numel(), k);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& p : params_) p.tensor.set_grad(Tensor());
+}
+
+StateTensors AdamW::state_tensors() const {
+  StateTensors state;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    state.emplace_back("exp_avg." + params_[i].name, exp_avg_[i].clone());
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    state.emplace_back("exp_avg_sq." + params_[i].name, exp_avg_sq_[i].clone());
+  state.emplace_back("step",
+                     Tensor::from_ids(steps_, Shape{static_cast<std::int64_t>(steps_.size())}));
+  return state;
+}
+
+void AdamW::load_state(const StateTensors& state) {
+  std::map<std::string, Tensor> given;
+  std::vector<std::string> problems;
+  for (const auto& [name, tensor] : state)
+    if (!given.emplace(name, tensor).second) problems.push_back("'" + name + "' given twice");
+
+  // Checks one expected tensor's presence, shape and dtype; returns it (undefined if unusable).
+  std::set<std::string> expected;
+  auto expect = [&](const std::string& name, const Shape& shape, DType dtype) -> Tensor {
+    expected.insert(name);
+    auto it = given.find(name);
+    if (it == given.end()) {
+      problems.push_back("missing '" + name + "'");
+      return {};
+    }
+    const Tensor& t = it->second;
+    if (!t.defined()) {
+      problems.push_back("'" + name + "' is an undefined tensor");
+      return {};
+    }
+    if (t.shape() != shape || t.dtype() != dtype) {
+      problems.push_back(detail::concat("'", name, "' is ", dtype_name(t.dtype()), " ",
+                                        t.shape().str(), ", expected ", dtype_name(dtype), " ",
+                                        shape.str()));
+      return {};
+    }
+    return t;
+  };
+  const auto n = static_cast<std::int64_t>(params_.size());
+  std::vector<Tensor> m(params_.size()), v(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].tensor;
+    m[i] = expect("exp_avg." + params_[i].name, p.shape(), p.dtype());
+    v[i] = expect("exp_avg_sq." + params_[i].name, p.shape(), p.dtype());
+  }
+  const Tensor step_tensor = expect("step", Shape{n}, DType::Int64);
+  for (const auto& entry : given)
+    if (!expected.contains(entry.first)) problems.push_back("unexpected '" + entry.first + "'");
+  const std::vector<double> steps =
+      step_tensor.defined() ? step_tensor.to_vector() : std::vector<double>{};
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    if (steps[i] < 0)
+      problems.push_back(detail::concat("'step' holds ", steps[i], " for '", params_[i].name,
+                                        "', expected a count >= 0"));
+
+  if (!problems.empty()) {
+    std::string list;
+    for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
+    TS_CHECK(false, "AdamW::load_state: expected the state of ", n, " parameters (", 2 * n + 1,
+             " tensors: exp_avg.<name>, exp_avg_sq.<name>, step), found ", state.size(),
+             " tensors with these problems: ", list,
+             ". Load a checkpoint written for this model (same parameter names, shapes, dtypes)");
+  }
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_[i].copy_(m[i]);
+    exp_avg_sq_[i].copy_(v[i]);
+    steps_[i] = static_cast<std::int64_t>(steps[i]);
+  }
+}
+
+} // namespace tinyscale::optim

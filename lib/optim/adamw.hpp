@@ -1,0 +1,55 @@
+// AdamW (Loshchilov & Hutter 2019), exactly as torch.optim.AdamW computes it (chapter 02).
+// Weight decay is decoupled (p -= lr * wd * p, before the Adam update) and applied only to
+// parameters whose NamedParameter::decay is true. The easy thing to get wrong: the bias correction
+// uses each parameter's own step count, which only advances when that parameter has a gradient,
+// so a parameter first trained at step 5 takes a "first" Adam step there, not a fifth one.
+#pragma once
+
+#include "core/tensor.hpp"
+#include "nn/parameter.hpp"
+#include "optim/config.hpp"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tinyscale::optim {
+
+/// A checkpointable optimizer state: (name, tensor) pairs.
+using StateTensors = std::vector<std::pair<std::string, Tensor>>;
+
+/// AdamW over a fixed list of host parameters (float32 or float64), with state m and v per
+/// parameter.
+class AdamW {
+public:
+  /// Takes the parameters (handles, updated in place) and beta1, beta2, eps, weight_decay from
+  /// `config`; throws on duplicate names, a tensor listed twice or a non-floating parameter.
+  AdamW(nn::ParameterList params, const OptimConfig& config);
+
+  /// One update at learning rate `lr`. A parameter whose grad() is undefined is skipped entirely
+  /// (no decay, no moment update, its step count unchanged), as PyTorch skips grad None.
+  void step(double lr);
+  /// Clears every gradient (sets it undefined, like PyTorch's zero_grad(set_to_none=True)).
+  void zero_grad();
+
+  /// The parameters, in the order given to the constructor.
+  const nn::ParameterList& parameters() const { return params_; }
+  /// How many updates parameter `index` has received.
+  std::int64_t step_count(std::size_t index) const { return steps_.at(index); }
+
+  /// A copy of the state: "exp_avg.<name>", "exp_avg_sq.<name>" per parameter, then "step"
+  /// (int64 [n_params], the per-parameter step counts in parameter order).
+  StateTensors state_tensors() const;
+  /// Restores a state written by state_tensors(); checks every name, shape and dtype first and
+  /// changes nothing when one is missing, unexpected or mismatched.
+  void load_state(const StateTensors& state);
+
+private:
+  nn::ParameterList params_;
+  double beta1_, beta2_, eps_, weight_decay_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_; // m and v, same shape and dtype as the parameter
+  std::vector<std::int64_t> steps_;
+};
+
+} // namespace tinyscale::optim

@@ -1,0 +1,117 @@
+// Chapter 02, around the optimizer: global-norm gradient clipping (PyTorch's clip_grad_norm_) and
+// the warm-up + cosine learning-rate schedule.
+#include "optim/clip.hpp"
+#include "optim/schedule.hpp"
+
+#include <catch2/catch.hpp>
+#include <vector>
+
+using namespace tinyscale;
+using namespace tinyscale::optim;
+using Catch::Contains;
+
+namespace {
+
+Tensor param(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  Tensor t = Tensor::from_vector(values, shape, dtype);
+  t.set_requires_grad();
+  return t;
+}
+
+void set_grad(const Tensor& p, const std::vector<double>& g) {
+  Tensor copy = p;
+  copy.set_grad(Tensor::from_vector(g, p.shape(), p.dtype()));
+}
+
+} // namespace
+
+// ---- clipping ------------------------------------------------------------------------------
+
+TEST_CASE("global_grad_norm is one L2 norm over all gradients, ignoring missing ones", "[unit]") {
+  Tensor a = param({0, 0}, Shape{2}, DType::Float32), b = param({0}, Shape{1}, DType::Float64);
+  Tensor none = param({5}, Shape{1}, DType::Float32);
+  set_grad(a, {3, 4});
+  set_grad(b, {12});
+  const nn::ParameterList params{{"a", a, true}, {"b", b, true}, {"none", none, true}};
+  CHECK(global_grad_norm(params) == 13.0); // sqrt(9 + 16 + 144), not a sum of per-tensor norms
+}
+
+TEST_CASE("clip_grad_norm scales every gradient by max_norm / (norm + 1e-6)", "[unit]") {
+  Tensor a = param({0, 0}, Shape{2}, DType::Float64), b = param({0}, Shape{1}, DType::Float64);
+  set_grad(a, {3, 4});
+  set_grad(b, {12});
+  const nn::ParameterList params{{"a", a, true}, {"b", b, true}};
+  CHECK(clip_grad_norm(params, 6.5) == 13.0); // the norm before clipping
+  const double f = 6.5 / (13.0 + 1e-6);
+  CHECK(a.grad().to_vector() == std::vector<double>{3 * f, 4 * f});
+  CHECK(b.grad().to_vector() == std::vector<double>{12 * f});
+  CHECK(global_grad_norm(params) == Approx(13.0 * f).epsilon(1e-12)); // just under max_norm
+}
+
+TEST_CASE("clip_grad_norm leaves gradients alone below max_norm and when disabled", "[unit]") {
+  Tensor a = param({0, 0}, Shape{2}, DType::Float32);
+  set_grad(a, {3, 4});
+  const nn::ParameterList params{{"a", a, true}};
+  CHECK(clip_grad_norm(params, 10.0) == 5.0);
+  CHECK(a.grad().to_vector() == std::vector<double>{3, 4});
+  CHECK(clip_grad_norm(params, 0.0) == 5.0);  // disabled: the norm is still reported
+  CHECK(clip_grad_norm(params, -1.0) == 5.0); // disabled
+  CHECK(a.grad().to_vector() == std::vector<double>{3, 4});
+}
+
+TEST_CASE("clip_grad_norm follows PyTorch at norm == max_norm: the 1e-6 still scales", "[unit]") {
+  // torch clamps max_norm / (norm + 1e-6) at 1, so a norm just at the limit is scaled by
+  // 5 / 5.000001, not left alone as a "norm > max_norm" test would do.
+  Tensor a = param({0, 0}, Shape{2}, DType::Float64);
+  set_grad(a, {3, 4});
+  CHECK(clip_grad_norm({{"a", a, true}}, 5.0) == 5.0);
+  const double f = 5.0 / (5.0 + 1e-6);
+  CHECK(a.grad().to_vector() == std::vector<double>{3 * f, 4 * f});
+}
+
+// ---- schedule ------------------------------------------------------------------------------
+
+namespace {
+OptimConfig schedule_config() {
+  OptimConfig c;
+  c.lr = 1.0, c.min_lr = 0.1, c.warmup_steps = 4, c.decay_steps = 0;
+  return c;
+}
+} // namespace
+
+TEST_CASE("warm-up rises linearly as lr * (step + 1) / warmup_steps", "[unit]") {
+  const auto c = schedule_config();
+  CHECK(learning_rate(c, 0, 14) == 0.25); // never 0 at the first step
+  CHECK(learning_rate(c, 1, 14) == 0.5);
+  CHECK(learning_rate(c, 3, 14) == 1.0); // the last warm-up step reaches lr
+  auto none = c;
+  none.warmup_steps = 0;
+  CHECK(learning_rate(none, 0, 10) == 1.0);
+}
+
+TEST_CASE("cosine decay starts at lr, passes (lr + min_lr) / 2 halfway and ends at min_lr",
+          "[unit]") {
+  const auto c = schedule_config(); // decay over 14 - 4 = 10 steps: steps 4..13, min_lr at 14
+  CHECK(learning_rate(c, 4, 14) == 1.0);
+  CHECK(learning_rate(c, 9, 14) == Approx(0.55).epsilon(1e-15));
+  CHECK(learning_rate(c, 14, 14) == 0.1);
+  CHECK(learning_rate(c, 100, 14) == 0.1); // after the end: the floor
+  for (std::int64_t s = 4; s < 14; ++s)
+    CHECK(learning_rate(c, s + 1, 14) < learning_rate(c, s, 14));
+  auto explicit_decay = c;
+  explicit_decay.decay_steps = 6; // steps 4..9, then the floor though the run lasts 14
+  CHECK(learning_rate(explicit_decay, 7, 14) == Approx(0.55).epsilon(1e-15));
+  CHECK(learning_rate(explicit_decay, 10, 14) == 0.1);
+}
+
+TEST_CASE("the schedule refuses min_lr above lr, a warm-up longer than the run, negative steps",
+          "[unit]") {
+  auto c = schedule_config();
+  c.min_lr = 2.0;
+  CHECK_THROWS_WITH(learning_rate(c, 0, 10), Contains("min_lr = 2") && Contains("lr = 1"));
+  c = schedule_config();
+  CHECK_THROWS_WITH(learning_rate(c, 0, 3), Contains("warmup_steps = 4") && Contains("steps = 3"));
+  CHECK_THROWS_AS(learning_rate(c, -1, 10), Error);
+  c.warmup_steps = -1;
+  CHECK_THROWS_AS(learning_rate(c, 0, 10), Error);
+}
