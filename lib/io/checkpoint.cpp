@@ -145,8 +145,9 @@ std::string write_checkpoint(const std::string& root_dir, const Checkpoint& chec
   const fs::path root(root_dir);
   const fs::path final_dir = root / name;
   const fs::path temp_dir = root / hidden_name(name, ".tmp-");
-  fs::remove_all(temp_dir);
-  fs::create_directory(temp_dir);
+  fs::remove_all(temp_dir, ec); // left over from a crashed write of this step by this pid
+  TS_CHECK(fs::create_directory(temp_dir, ec), "write_checkpoint: expected to create '",
+           temp_dir.string(), "', found an error (", ec.message(), "); check permissions");
   try {
     write_step_dir(temp_dir, checkpoint);
     // rename() cannot replace a non-empty directory: move an older copy aside first.
@@ -154,7 +155,7 @@ std::string write_checkpoint(const std::string& root_dir, const Checkpoint& chec
     const bool replacing = fs::exists(final_dir);
     if (replacing) rename_durably(final_dir.string(), old_dir.string());
     rename_durably(temp_dir.string(), final_dir.string());
-    if (replacing) fs::remove_all(old_dir);
+    if (replacing) fs::remove_all(old_dir, ec);
   } catch (...) {
     fs::remove_all(temp_dir, ec);
     throw;

@@ -122,7 +122,7 @@ void walk(const toml::table& table, const std::string& prefix, const std::string
           {region.begin.line, where + ": unknown " + (node.is_table() ? "section" : "key") + " '" +
                                   name +
                                   "' (expected a key listed in configs/README.md); did you mean '" +
-                                  nearest_config_name(name) + "'?"});
+                                  nearest_config_name(name, node.is_table()) + "'?"});
     }
   }
 }
@@ -200,26 +200,27 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 
 std::string to_toml(const RunConfig& config) {
   std::string out = "# tinyscale run config; every key is documented in configs/README.md.\n";
-  std::string_view section;
   const auto keys = config_keys();
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (keys[i].section() != section) {
-      section = keys[i].section();
-      out += "\n[" + std::string(section) + "]\n";
-    }
-    // Align the comments of one section.
-    std::size_t width = 0;
+  // One section at a time (the registry groups keys by section), comments aligned within it.
+  for (std::size_t begin = 0, end = 0; begin < keys.size(); begin = end) {
+    const std::string_view section = keys[begin].section();
     std::vector<std::string> lines;
-    std::size_t j = i;
-    for (; j < keys.size() && keys[j].section() == section; ++j) {
-      const std::string_view leaf = keys[j].name.substr(section.size() + 1);
-      lines.push_back(std::string(leaf) + " = " + format_config_value(keys[j], config));
-      width = std::max(width, lines.back().size());
+    std::size_t width = 0;
+    for (end = begin; end < keys.size() && keys[end].section() == section; ++end) {
+      std::string line(keys[end].name.substr(section.size() + 1));
+      line += " = ";
+      line += format_config_value(keys[end], config);
+      width = std::max(width, line.size());
+      lines.push_back(std::move(line));
     }
-    for (std::size_t n = 0; n < lines.size(); ++n)
-      out += lines[n] + std::string(width + 2 - lines[n].size(), ' ') + "# " +
-             std::string(keys[i + n].doc) + "\n";
-    i = j - 1;
+    out += "\n[";
+    out += section;
+    out += "]\n";
+    for (std::size_t n = 0; n < lines.size(); ++n) {
+      out += lines[n] + std::string(width + 2 - lines[n].size(), ' ') + "# ";
+      out += keys[begin + n].doc;
+      out += "\n";
+    }
   }
   return out;
 }

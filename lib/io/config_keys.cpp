@@ -17,6 +17,7 @@ namespace tinyscale::io {
 #path, doc, [](RunConfig & run) -> ConfigField { return &run.path; }                           \
   }
 
+// Keys of one section stay together: to_toml writes each section header once.
 std::span<const ConfigKey> config_keys() {
   static constexpr ConfigKey keys[] = {
       TS_CONFIG_KEY(model.vocab_size, "tokens in the vocabulary (V); 256 for byte-level data"),
@@ -118,17 +119,17 @@ std::string_view last_component(std::string_view name) {
 
 } // namespace
 
-std::string nearest_config_name(std::string_view name) {
+std::string nearest_config_name(std::string_view name, bool section) {
   std::vector<std::string_view> candidates;
   for (const ConfigKey& key : config_keys()) {
-    candidates.push_back(key.name);
-    if (std::find(candidates.begin(), candidates.end(), key.section()) == candidates.end())
+    if (!section)
+      candidates.push_back(key.name);
+    else if (std::find(candidates.begin(), candidates.end(), key.section()) == candidates.end())
       candidates.push_back(key.section());
   }
   std::string_view best;
   std::size_t best_distance = std::numeric_limits<std::size_t>::max();
   for (std::string_view candidate : candidates) {
-    // A right name in the wrong section ("optim.seq_len") is one edit from "train.seq_len".
     const std::size_t distance =
         std::min(edit_distance(name, candidate),
                  edit_distance(last_component(name), last_component(candidate)) + 1);

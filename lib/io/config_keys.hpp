@@ -36,8 +36,9 @@ std::span<const ConfigKey> config_keys();
 const ConfigKey* find_config_key(std::string_view name);
 /// True for "model", "model.moe", "optim", "data" and "train".
 bool is_config_section(std::string_view name);
-/// The key or section closest to `name` (edit distance; also matching on the last component).
-std::string nearest_config_name(std::string_view name);
+/// The key (or, with `section`, the section) closest to `name`: the smallest edit distance, where
+/// a matching last component ("optim.seq_len" vs "train.seq_len") counts as one edit.
+std::string nearest_config_name(std::string_view name, bool section = false);
 /// The value of `key` in `run` as a TOML literal ("64", "1e-05", "\"markov\"", "true").
 std::string format_config_value(const ConfigKey& key, const RunConfig& run);
 

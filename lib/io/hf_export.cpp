@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <type_traits>
 
 namespace tinyscale::io {
 
@@ -159,13 +160,11 @@ namespace {
 template <typename T>
 T config_value(const json& j, const char* key, T fallback, const std::string& file) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const json::exception&) {
-    TS_CHECK(false, "import_hf: '", file, "' key ", key, ": expected a number, found ",
-             j[key].dump());
-  }
-  return fallback; // unreachable
+  const bool integral = std::is_integral_v<T>;
+  TS_CHECK(integral ? j[key].is_number_integer() : j[key].is_number(), "import_hf: '", file,
+           "' key ", key, ": expected ", integral ? "an integer" : "a number", ", found ",
+           j[key].dump());
+  return j[key].get<T>();
 }
 
 json read_json(const std::string& file) {

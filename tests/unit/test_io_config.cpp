@@ -231,6 +231,9 @@ TEST_CASE("a bad override names the override and suggests the nearest key", "[un
   REQUIRE_TS_ERROR(parse_config("", "t.toml", {"model.n_embd=1.5"}),
                    Contains("expected an integer") && Contains("found a float"));
   REQUIRE_TS_ERROR(parse_config("", "t.toml", {"model.n_embd"}), Contains("no '='"));
+  // An override sets a key, so a section name is never the suggestion.
+  REQUIRE_TS_ERROR(parse_config("", "t.toml", {"model=3"}),
+                   Contains("unknown key 'model'") && !Contains("did you mean 'model'?"));
   REQUIRE_TS_ERROR(parse_config("", "t.toml", {"model.dtype=int64"}),
                    Contains("\"float32\" or \"float64\""));
 }
