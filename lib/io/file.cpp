@@ -1,0 +1,109 @@
+// Atomic file writes with POSIX fsync and rename, and whole-file reads (chapter 02).
+#include "io/file.hpp"
+
+#include "core/error.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <unistd.h>
+
+namespace tinyscale::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string parent_dir(const std::string& path) {
+  std::string dir = fs::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+} // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  const fs::path target(path_);
+  TS_CHECK(!target.filename().empty(), "AtomicFile: expected a file path, found '", path_,
+           "' (a directory); name the file to write");
+  // Same directory as the target, so that rename() never crosses file systems.
+  std::random_device entropy;
+  std::string name = ".";
+  name += target.filename().string();
+  name += ".tmp-";
+  name += std::to_string(::getpid());
+  name += "-";
+  name += std::to_string(entropy());
+  temp_path_ = (fs::path(parent_dir(path_)) / name).string();
+  file_ = std::fopen(temp_path_.c_str(), "wb");
+  TS_CHECK(file_ != nullptr, "AtomicFile: expected to create '", temp_path_, "' next to '", path_,
+           "', found an error (", std::strerror(errno),
+           "); check that the directory exists and is writable");
+}
+
+AtomicFile::~AtomicFile() {
+  if (file_ != nullptr) std::fclose(file_);
+  if (!committed_) std::remove(temp_path_.c_str());
+}
+
+void AtomicFile::write(const void* data, std::size_t size) {
+  TS_CHECK(file_ != nullptr && !committed_, "AtomicFile::write: expected an open file, found '",
+           path_, "' already committed");
+  if (size == 0) return;
+  TS_CHECK(std::fwrite(data, 1, size, file_) == size, "AtomicFile::write: expected to write ", size,
+           " bytes to '", temp_path_, "', found an error (", std::strerror(errno),
+           "); is the disk full?");
+  size_ += size;
+}
+
+void AtomicFile::commit() {
+  TS_CHECK(file_ != nullptr && !committed_, "AtomicFile::commit: expected an open file, found '",
+           path_, "' already committed");
+  const bool flushed = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
+  const int flush_errno = errno;
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  TS_CHECK(flushed && closed, "AtomicFile::commit: expected '", temp_path_,
+           "' to reach the disk, found an error (", std::strerror(flush_errno),
+           "); is the disk full?");
+  rename_durably(temp_path_, path_);
+  committed_ = true;
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents) {
+  AtomicFile file(path);
+  file.write(contents.data(), contents.size());
+  file.commit();
+}
+
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  TS_CHECK(fd >= 0, "fsync_directory: expected to open directory '", dir, "', found an error (",
+           std::strerror(errno), ")");
+  const bool ok = ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  ::close(fd);
+  TS_CHECK(ok, "fsync_directory: expected to fsync '", dir, "', found an error (",
+           std::strerror(sync_errno), ")");
+}
+
+void rename_durably(const std::string& from, const std::string& to) {
+  TS_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "rename: expected to move '", from, "' to '",
+           to, "', found an error (", std::strerror(errno),
+           "); both must be on one file system and the target must not be a non-empty directory");
+  fsync_directory(parent_dir(to));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TS_CHECK(in.good(), "read_file: expected a readable file at '", path, "', found ",
+           fs::exists(path) ? "one that cannot be opened (check its permissions)" : "none");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+} // namespace tinyscale::io

@@ -1,0 +1,50 @@
+// Files written atomically and durably, and read whole (chapter 02). A write goes to a temporary
+// file in the same directory, is flushed and fsynced, renamed over the target, and then the
+// directory is fsynced so the rename itself survives a power cut. The easy thing to get wrong:
+// without the directory fsync a crash can bring back the old name, and without the file fsync it
+// can bring back the new name with missing bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace tinyscale::io {
+
+/// A file being written: readers see the old file (or none) until commit() renames it into place.
+class AtomicFile {
+public:
+  /// Opens a temporary file next to `path`; throws naming the directory when that fails.
+  explicit AtomicFile(std::string path);
+  /// Removes the temporary file when commit() was not reached (an error or an exception).
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  /// Appends `size` bytes; throws naming the file when the disk refuses them.
+  void write(const void* data, std::size_t size);
+  /// Flushes, fsyncs, renames over the target and fsyncs the directory.
+  void commit();
+  /// Bytes written so far.
+  std::uint64_t size() const { return size_; }
+
+private:
+  std::string path_;
+  std::string temp_path_;
+  std::FILE* file_ = nullptr;
+  std::uint64_t size_ = 0;
+  bool committed_ = false;
+};
+
+/// Writes `contents` to `path` atomically and durably (see AtomicFile).
+void write_file_atomic(const std::string& path, std::string_view contents);
+/// fsyncs a directory so that renames and new entries in it are durable.
+void fsync_directory(const std::string& dir);
+/// Renames `from` to `to` (same file system) and fsyncs the destination's directory.
+void rename_durably(const std::string& from, const std::string& to);
+/// The whole file as bytes; throws naming the file when it is missing or unreadable.
+std::string read_file(const std::string& path);
+
+} // namespace tinyscale::io

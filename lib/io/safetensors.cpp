@@ -1,0 +1,258 @@
+// safetensors reading and writing (chapter 02). The loader trusts nothing: every length, offset
+// and shape in the header is checked against the file before a byte of data is read.
+#include "io/safetensors.hpp"
+
+#include "core/error.hpp"
+#include "io/crc32.hpp"
+#include "io/file.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <set>
+
+namespace tinyscale::io {
+
+// Tensor bytes are written as they lie in memory; the format is little-endian.
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes little-endian");
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+// The safetensors reference implementation refuses headers above 100 MB; so do we.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+const char* format_dtype(DType dtype) {
+  switch (dtype) {
+  case DType::Float32: return "F32";
+  case DType::Float64: return "F64";
+  case DType::Int64: return "I64";
+  }
+  return "?";
+}
+
+// One header entry, checked for internal consistency but not yet against its neighbours.
+struct Entry {
+  std::string name;
+  DType dtype = DType::Float32;
+  std::vector<std::int64_t> shape;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
+
+std::string where(const std::string& path) { return "load_safetensors('" + path + "'): "; }
+
+std::uint64_t read_u64(const json& value, const std::string& path, const std::string& what) {
+  TS_CHECK(value.is_number_unsigned() ||
+               (value.is_number_integer() && value.get<std::int64_t>() >= 0),
+           where(path), what, ": expected a non-negative integer, found ", value.dump(),
+           "; the header is malformed, re-create the file");
+  return value.get<std::uint64_t>();
+}
+
+Entry parse_entry(const std::string& name, const json& value, const std::string& path) {
+  const std::string what = "tensor '" + name + "'";
+  TS_CHECK(value.is_object() && value.contains("dtype") && value.contains("shape") &&
+               value.contains("data_offsets"),
+           where(path), what, ": expected an object with dtype, shape and data_offsets, found ",
+           value.dump(), "; the header is malformed, re-create the file");
+  Entry e;
+  e.name = name;
+  const json& dtype = value["dtype"];
+  const std::string code = dtype.is_string() ? dtype.get<std::string>() : dtype.dump();
+  if (code == "F32")
+    e.dtype = DType::Float32;
+  else if (code == "F64")
+    e.dtype = DType::Float64;
+  else if (code == "I64")
+    e.dtype = DType::Int64;
+  else
+    TS_CHECK(false, where(path), what, ": expected dtype F32, F64 or I64, found ", code,
+             "; convert the file to float32 first (tinyscale reads no other element types)");
+  TS_CHECK(value["shape"].is_array(), where(path), what, ": expected shape to be an array, found ",
+           value["shape"].dump());
+  std::uint64_t bytes = dtype_size(e.dtype);
+  for (const json& dim : value["shape"]) {
+    const std::uint64_t d = read_u64(dim, path, what + " shape");
+    TS_CHECK(d <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
+                 (d == 0 || bytes <= std::numeric_limits<std::uint64_t>::max() / d),
+             where(path), what, ": expected a shape whose byte size fits in 64 bits, found ",
+             value["shape"].dump());
+    bytes *= d;
+    e.shape.push_back(static_cast<std::int64_t>(d));
+  }
+  const json& offsets = value["data_offsets"];
+  TS_CHECK(offsets.is_array() && offsets.size() == 2, where(path), what,
+           ": expected data_offsets = [begin, end], found ", offsets.dump());
+  e.begin = read_u64(offsets[0], path, what + " data_offsets");
+  e.end = read_u64(offsets[1], path, what + " data_offsets");
+  TS_CHECK(e.begin <= e.end, where(path), what, ": expected data_offsets begin <= end, found [",
+           e.begin, ", ", e.end, "]; the header is corrupted, re-create the file");
+  TS_CHECK(e.end - e.begin == bytes, where(path), what, ": expected ", bytes, " bytes (shape ",
+           value["shape"].dump(), " x ", dtype_size(e.dtype), " bytes of ", code,
+           "), found data_offsets spanning ", e.end - e.begin,
+           " bytes; the header is corrupted, re-create the file");
+  return e;
+}
+
+// Tensors must tile the data region exactly: from 0, no overlaps, no holes, up to its end.
+void check_layout(const std::vector<Entry>& entries, std::uint64_t header_bytes,
+                  std::uint64_t file_bytes, const std::string& path) {
+  const std::uint64_t data_bytes = file_bytes - 8 - header_bytes;
+  std::uint64_t cursor = 0;
+  const Entry* previous = nullptr;
+  for (const Entry& e : entries) {
+    TS_CHECK(e.begin >= cursor, where(path), "tensor '", e.name, "' (bytes [", e.begin, ", ", e.end,
+             ")) overlaps tensor '", previous != nullptr ? previous->name : "", "' (ending at ",
+             cursor, "); expected non-overlapping tensors, the header is corrupted");
+    TS_CHECK(e.begin == cursor, where(path), "expected tensor '", e.name, "' to start at byte ",
+             cursor, " of the data region, found ", e.begin,
+             " (a hole; the format forbids unused bytes); the header is corrupted");
+    cursor = e.end;
+    previous = &e;
+  }
+  TS_CHECK(cursor <= data_bytes, where(path), "the file is truncated: expected ",
+           8 + header_bytes + cursor, " bytes (8 + ", header_bytes, " header + ", cursor,
+           " data), found ", file_bytes, "; the write was interrupted, use an older copy");
+  TS_CHECK(cursor == data_bytes, where(path), "expected the data to end at the end of the file (",
+           8 + header_bytes + cursor, " bytes), found ", file_bytes,
+           " bytes; trailing bytes mean the file was damaged or appended to");
+}
+
+} // namespace
+
+const Tensor& SafetensorsFile::at(const std::string& name) const {
+  std::string names;
+  for (const auto& [n, t] : tensors) {
+    if (n == name) return t;
+    names += names.empty() ? n : ", " + n;
+  }
+  TS_CHECK(false, "SafetensorsFile::at: expected a tensor named '", name,
+           "', found only: ", names.empty() ? "(no tensors)" : names);
+  return tensors.front().second; // unreachable
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  NamedTensors host;
+  std::set<std::string> seen;
+  for (const auto& [name, tensor] : tensors) {
+    TS_CHECK(!name.empty() && name != "__metadata__", "save_safetensors('", path,
+             "'): expected a tensor name other than '' and '__metadata__', found '", name, "'");
+    TS_CHECK(seen.insert(name).second, "save_safetensors('", path,
+             "'): expected unique tensor names, found '", name, "' twice");
+    TS_CHECK(tensor.defined(), "save_safetensors('", path, "'): tensor '", name,
+             "' is undefined; expected a tensor with data");
+    host.emplace_back(name, tensor.device() == Device::cpu() ? tensor : tensor.to(Device::cpu()));
+  }
+  json header = json::object();
+  std::map<std::string, std::string> meta = metadata;
+  std::uint32_t crc = 0;
+  std::uint64_t offset = 0;
+  json entries = json::object();
+  for (const auto& [name, tensor] : host) {
+    const std::uint64_t bytes =
+        static_cast<std::uint64_t>(tensor.numel()) * dtype_size(tensor.dtype());
+    crc = crc32_update(crc, tensor.raw_data(), bytes);
+    entries[name] = {{"dtype", format_dtype(tensor.dtype())},
+                     {"shape", tensor.shape().dims()},
+                     {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  meta[kCrc32Key] = crc32_hex(crc);
+  header["__metadata__"] = meta;
+  header.update(entries);
+  std::string text = header.dump();
+  // Pad with spaces so the data region starts 8-byte aligned (the format allows trailing spaces).
+  text.append((8 - text.size() % 8) % 8, ' ');
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(text.size() >> (8 * i));
+
+  AtomicFile file(path);
+  file.write(length, sizeof length);
+  file.write(text.data(), text.size());
+  for (const auto& [name, tensor] : host)
+    file.write(tensor.raw_data(),
+               static_cast<std::size_t>(tensor.numel()) * dtype_size(tensor.dtype()));
+  file.commit();
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::error_code ec;
+  TS_CHECK(fs::is_regular_file(path, ec), where(path), "expected a safetensors file, found ",
+           fs::exists(path, ec) ? "something that is not a regular file" : "no file at that path",
+           "; check the path");
+  const std::uint64_t file_bytes = fs::file_size(path);
+  TS_CHECK(file_bytes >= 8, where(path), "expected at least 8 bytes (the header length), found ",
+           file_bytes, "; the file is truncated or not a safetensors file");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  TS_CHECK(file != nullptr, where(path), "expected to open the file, found an error (",
+           std::strerror(errno), "); check its permissions");
+  auto read_exactly = [&](void* dst, std::uint64_t bytes, const char* what) {
+    TS_CHECK(std::fread(dst, 1, bytes, file.get()) == bytes, where(path), "expected to read ",
+             bytes, " bytes of ", what, ", found fewer (the file changed while being read?)");
+  };
+  unsigned char length[8];
+  read_exactly(length, 8, "header length");
+  std::uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | length[i];
+  TS_CHECK(header_bytes >= 2 && header_bytes <= kMaxHeaderBytes && header_bytes <= file_bytes - 8,
+           where(path), "expected a header length between 2 and ",
+           std::min(kMaxHeaderBytes, file_bytes - 8), " bytes (the file has ", file_bytes,
+           "), found ", header_bytes, "; the file is truncated or not a safetensors file");
+  std::string text(header_bytes, '\0');
+  read_exactly(text.data(), header_bytes, "header");
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::parse_error& e) {
+    TS_CHECK(false, where(path), "expected a JSON header, found text that does not parse (",
+             e.what(), "); the file is corrupted or not a safetensors file");
+  }
+  TS_CHECK(header.is_object(), where(path), "expected the header to be a JSON object, found ",
+           header.type_name(), "; not a safetensors file");
+
+  SafetensorsFile result;
+  std::vector<Entry> entries;
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__") {
+      TS_CHECK(value.is_object(), where(path), "expected __metadata__ to be an object, found ",
+               value.dump());
+      for (const auto& [key, v] : value.items()) {
+        TS_CHECK(v.is_string(), where(path), "metadata '", key,
+                 "': expected a string value (the format allows no others), found ", v.dump());
+        result.metadata[key] = v.get<std::string>();
+      }
+    } else {
+      entries.push_back(parse_entry(name, value, path));
+    }
+  }
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  check_layout(entries, header_bytes, file_bytes, path);
+
+  std::uint32_t crc = 0;
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(Shape(e.shape), e.dtype, Device::cpu());
+    read_exactly(t.raw_data(), e.end - e.begin, ("tensor '" + e.name + "'").c_str());
+    crc = crc32_update(crc, t.raw_data(), e.end - e.begin);
+    result.tensors.emplace_back(e.name, t);
+  }
+  if (auto it = result.metadata.find(kCrc32Key); it != result.metadata.end())
+    TS_CHECK(it->second == crc32_hex(crc), where(path), "the data is corrupted: expected CRC-32 ",
+             it->second, " (recorded in the metadata), found ", crc32_hex(crc),
+             "; restore the file from a copy or write it again");
+  return result;
+}
+
+} // namespace tinyscale::io
