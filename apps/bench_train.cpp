@@ -59,10 +59,14 @@ void run_bench_train(const BenchTrainOptions& opt) {
 void add_bench_train(CLI::App& bench) {
   auto opt = std::make_shared<BenchTrainOptions>();
   auto* cmd = bench.add_subcommand("train", "Training tokens/s and CPU MFU of one config");
-  cmd->add_option("--config", opt->config, "TOML run config", true);
+  cmd->add_option("--config", opt->config, "TOML run config")->capture_default_str();
   cmd->add_option("--set", opt->overrides, "Override a config key (repeatable)");
-  cmd->add_option("--steps", opt->steps, "Timed steps", true)->check(CLI::Range(1, 100000));
-  cmd->add_option("--warmup", opt->warmup, "Untimed steps first", true)->check(CLI::Range(0, 1000));
+  cmd->add_option("--steps", opt->steps, "Timed steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", opt->warmup, "Untimed steps first")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   cmd->add_option("--peak-gflops", opt->peak_gflops,
                   "Peak GF/s for MFU (default: the cached `tinyscale bench peak`)");
   cmd->callback([opt] { run_bench_train(*opt); });

@@ -26,8 +26,8 @@ void run_export(const ExportOptions& opt) {
   nn::GPT model(config.model, config.train.seed); // names and order; values come from the file
   for (const auto& p : model.parameters()) {
     auto it = saved.find(p.name);
-    TS_CHECK(it != saved.end(), "export-hf: expected parameter '", p.name, "' in ",
-             opt.checkpoint, ", found none");
+    TS_CHECK(it != saved.end(), "export-hf: expected parameter '", p.name, "' in ", opt.checkpoint,
+             ", found none");
     params.push_back(nn::NamedParameter{p.name, it->second, p.decay});
   }
   io::export_hf(opt.dir, config.model, params);
@@ -42,7 +42,8 @@ void add_export_hf(CLI::App& app) {
       "export-hf", "Write a checkpoint as a Hugging Face GPT-2 model (config.json + safetensors)");
   cmd->add_option("dir", opt->dir, "Output directory")->required();
   cmd->add_option("--checkpoint", opt->checkpoint,
-                  "Checkpoint step directory or root (follows `latest`)", true);
+                  "Checkpoint step directory or root (follows `latest`)")
+      ->capture_default_str();
   cmd->callback([opt] { run_export(*opt); });
 }
 

@@ -33,13 +33,13 @@ struct TrainOptions {
 nlohmann::json moe_json(const std::vector<nn::MoeLayerStats>& moe) {
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& s : moe)
-    layers.push_back({{"layer", s.layer},
-                      {"tokens_per_expert", s.tokens_per_expert},
-                      {"dropped_fraction", static_cast<double>(s.dropped) /
-                                               static_cast<double>(std::max<std::int64_t>(
-                                                   1, s.assignments))},
-                      {"aux_loss", s.aux_loss},
-                      {"z_loss", s.z_loss}});
+    layers.push_back(
+        {{"layer", s.layer},
+         {"tokens_per_expert", s.tokens_per_expert},
+         {"dropped_fraction", static_cast<double>(s.dropped) /
+                                  static_cast<double>(std::max<std::int64_t>(1, s.assignments))},
+         {"aux_loss", s.aux_loss},
+         {"z_loss", s.z_loss}});
   return layers;
 }
 
@@ -106,9 +106,12 @@ void run_train(const TrainOptions& opt) {
     total_seconds += r.seconds;
     timed_tokens += t.batch_size * t.seq_len;
     const std::optional<double> mfu = metrics::mfu(flops, r.tokens_per_s, peak);
-    nlohmann::json line = {{"step", r.step},          {"loss", r.loss},
-                           {"lm_loss", r.lm_loss},    {"lr", r.lr},
-                           {"grad_norm", r.grad_norm}, {"tokens_per_s", r.tokens_per_s},
+    nlohmann::json line = {{"step", r.step},
+                           {"loss", r.loss},
+                           {"lm_loss", r.lm_loss},
+                           {"lr", r.lr},
+                           {"grad_norm", r.grad_norm},
+                           {"tokens_per_s", r.tokens_per_s},
                            {"mfu", mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr)}};
     if (!r.moe.empty()) {
       line["aux_loss"] = r.aux_loss;
@@ -138,8 +141,9 @@ void run_train(const TrainOptions& opt) {
       std::printf("step %lld/%lld | %s | %s\n", static_cast<long long>(r.step),
                   static_cast<long long>(t.steps), text.c_str(),
                   metrics::format_mfu(flops, r.tokens_per_s, peak).c_str());
-      if (eval_now) std::printf("step %lld/%lld | %s\n", static_cast<long long>(r.step),
-                                static_cast<long long>(t.steps), val_line(val_loss, entropy).c_str());
+      if (eval_now)
+        std::printf("step %lld/%lld | %s\n", static_cast<long long>(r.step),
+                    static_cast<long long>(t.steps), val_line(val_loss, entropy).c_str());
       std::fflush(stdout);
     }
     if (interactive) progress.update(r.step - first_step, text);
@@ -147,22 +151,23 @@ void run_train(const TrainOptions& opt) {
       std::printf("checkpoint: %s\n", trainer.save_checkpoint().c_str());
   }
   if (interactive) progress.finish("done");
-  const double tokens_per_s = timed_tokens > 0 ? static_cast<double>(timed_tokens) / total_seconds : 0;
+  const double tokens_per_s =
+      timed_tokens > 0 ? static_cast<double>(timed_tokens) / total_seconds : 0;
   std::printf("done: %lld steps in %.1f s | %.0f tok/s | %s\n",
               static_cast<long long>(trainer.step()), total_seconds, tokens_per_s,
               metrics::format_mfu(flops, tokens_per_s, peak).c_str());
   if (evaluated) std::printf("final %s\n", val_line(val_loss, entropy).c_str());
   if (metrics) {
     const std::optional<double> mfu = metrics::mfu(flops, tokens_per_s, peak);
-    nlohmann::json summary = {{"summary", true},
-                              {"steps", trainer.step()},
-                              {"seconds", total_seconds},
-                              {"tokens_per_s", tokens_per_s},
-                              {"mfu", mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr)},
-                              {"peak", peak.source},
-                              {"flops_per_token", flops},
-                              {"entropy_rate", entropy ? nlohmann::json(*entropy)
-                                                       : nlohmann::json(nullptr)}};
+    nlohmann::json summary = {
+        {"summary", true},
+        {"steps", trainer.step()},
+        {"seconds", total_seconds},
+        {"tokens_per_s", tokens_per_s},
+        {"mfu", mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr)},
+        {"peak", peak.source},
+        {"flops_per_token", flops},
+        {"entropy_rate", entropy ? nlohmann::json(*entropy) : nlohmann::json(nullptr)}};
     if (evaluated) summary["final_val_loss"] = val_loss;
     *metrics << summary.dump() << "\n";
   }

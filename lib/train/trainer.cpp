@@ -38,10 +38,9 @@ void add_stats(std::vector<nn::MoeLayerStats>& total, const std::vector<nn::MoeL
 } // namespace
 
 Trainer::Trainer(io::RunConfig config)
-    : config_(validated(config)), data_(data::TokenDataset::open(config.data,
-                                                                 config.model.vocab_size)),
-      model_(config.model, config.train.seed),
-      optimizer_(model_.parameters(), config.optim) {}
+    : config_(validated(config)),
+      data_(data::TokenDataset::open(config.data, config.model.vocab_size)),
+      model_(config.model, config.train.seed), optimizer_(model_.parameters(), config.optim) {}
 
 double Trainer::flops_per_token() const {
   return metrics::model_flops(config_.model, config_.train.seq_len).train_per_token;
@@ -107,9 +106,9 @@ void Trainer::resume(const std::string& path) {
     auto it = saved.find(p.name);
     TS_CHECK(it != saved.end(), "resume: expected parameter '", p.name, "' in the checkpoint ",
              path, ", found none; was it written by another model config?");
-    TS_CHECK(it->second.shape() == p.tensor.shape(), "resume: parameter '", p.name,
-             "' has shape ", it->second.shape().str(), " in the checkpoint and ",
-             p.tensor.shape().str(), " in this model; the model configs differ");
+    TS_CHECK(it->second.shape() == p.tensor.shape(), "resume: parameter '", p.name, "' has shape ",
+             it->second.shape().str(), " in the checkpoint and ", p.tensor.shape().str(),
+             " in this model; the model configs differ");
     NoGradGuard no_grad;
     Tensor(p.tensor).copy_(it->second.to(p.tensor.dtype()));
     saved.erase(it);

@@ -29,9 +29,7 @@ TEST_CASE("Analytic training FLOPs per token equal the executed matmul FLOPs (de
   c.n_head = 4;
   c.n_embd = 32;
   SECTION("dense") {}
-  SECTION("top-2 MoE in every second block, dropless") {
-    c.moe = {2, 4, 2, 0.0, 1e-2, 1e-3};
-  }
+  SECTION("top-2 MoE in every second block, dropless") { c.moe = {2, 4, 2, 0.0, 1e-2, 1e-3}; }
   SECTION("top-1 MoE in every block, dropless") { c.moe = {1, 3, 1, 0.0, 1e-2, 1e-3}; }
   const std::int64_t B = 2, T = 12;
   const double analytic = metrics::model_flops(c, T).train_per_token;

@@ -48,12 +48,14 @@ TEST_CASE("A resumed run reproduces the uninterrupted run's losses and parameter
   for (int i = 0; i < 6; ++i) expected.push_back(straight.train_step().loss);
 
   train::Trainer first(config);
-  for (int i = 0; i < 3; ++i) CHECK(first.train_step().loss == expected[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < 3; ++i)
+    CHECK(first.train_step().loss == expected[static_cast<std::size_t>(i)]);
   first.save_checkpoint();
   train::Trainer second(config); // a new process would start exactly like this
   second.resume(dir.string());
   CHECK(second.step() == 3);
-  for (int i = 3; i < 6; ++i) CHECK(second.train_step().loss == expected[static_cast<std::size_t>(i)]);
+  for (int i = 3; i < 6; ++i)
+    CHECK(second.train_step().loss == expected[static_cast<std::size_t>(i)]);
   for (std::size_t i = 0; i < straight.model().parameters().size(); ++i)
     CHECK(straight.model().parameters()[i].tensor.to_vector() ==
           second.model().parameters()[i].tensor.to_vector());
@@ -61,17 +63,22 @@ TEST_CASE("A resumed run reproduces the uninterrupted run's losses and parameter
   fs::remove_all(dir);
 }
 
-TEST_CASE("Gradient accumulation over micro-batches equals one batch (fp32, rel. error 1e-5)",
+// float64: the attention key bias has an exactly zero gradient (a constant added to every key
+// shifts all scores of a query equally), so in fp32 its gradient is rounding noise that AdamW
+// normalises into lr-sized steps of random sign. Any regrouping of the sums (micro-batches here,
+// data parallelism in chapter 04) then moves those biases apart by ~lr * noise / eps.
+TEST_CASE("Gradient accumulation over micro-batches equals one batch (float64, rel. error 1e-10)",
           "[unit][train]") {
   io::RunConfig config = small_run(fresh_dir("micro").string());
-  config.model.dropout = 0;
+  config.model.dropout = 0.1; // masks follow the global row, so they agree too
+  config.model.dtype = DType::Float64;
   train::Trainer whole(config);
   config.train.micro_batches = 2;
   train::Trainer split(config);
   for (int i = 0; i < 3; ++i) {
     const auto a = whole.train_step(), b = split.train_step();
-    CHECK(b.loss == Approx(a.loss).epsilon(1e-5));
-    CHECK(b.grad_norm == Approx(a.grad_norm).epsilon(1e-5));
+    CHECK(b.loss == Approx(a.loss).epsilon(1e-12));
+    CHECK(b.grad_norm == Approx(a.grad_norm).epsilon(1e-10));
   }
   for (std::size_t i = 0; i < whole.model().parameters().size(); ++i) {
     auto a = whole.model().parameters()[i].tensor.to_vector();
@@ -80,7 +87,7 @@ TEST_CASE("Gradient accumulation over micro-batches equals one batch (fp32, rel.
     for (std::size_t j = 0; j < a.size(); ++j)
       worst = std::max(worst, std::abs(a[j] - b[j])), scale = std::max(scale, std::abs(a[j]));
     INFO(whole.model().parameters()[i].name);
-    CHECK(worst <= 1e-5 * std::max(scale, 1e-3));
+    CHECK(worst <= 1e-10 * std::max(scale, 1e-3));
   }
 }
 
@@ -106,6 +113,7 @@ TEST_CASE("Resuming from a corrupted checkpoint fails with a clear error", "[uni
   wider.train.checkpoint_dir = (dir / "other").string();
   train::Trainer w(wider);
   w.save_checkpoint();
-  CHECK_THROWS_WITH(again.resume((dir / "other").string()), Catch::Contains("model configs differ"));
+  CHECK_THROWS_WITH(again.resume((dir / "other").string()),
+                    Catch::Contains("model configs differ"));
   fs::remove_all(dir);
 }
