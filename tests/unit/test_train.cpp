@@ -2,6 +2,7 @@
 // micro-batching equals the whole batch, and a corrupted checkpoint stops a resume with a clear
 // error instead of training from garbage.
 #include "gradcheck.hpp"
+#include "io/hf_export.hpp"
 #include "train/trainer.hpp"
 
 #include <filesystem>
@@ -115,5 +116,24 @@ TEST_CASE("Resuming from a corrupted checkpoint fails with a clear error", "[uni
   w.save_checkpoint();
   CHECK_THROWS_WITH(again.resume((dir / "other").string()),
                     Catch::Contains("model configs differ"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("A trained model exported to Hugging Face GPT-2 layout re-imports bit for bit",
+          "[unit][train]") {
+  const fs::path dir = fresh_dir("export");
+  io::RunConfig config = small_run((dir / "ckpt").string());
+  train::Trainer t(config);
+  t.train_step();
+  io::export_hf((dir / "hf").string(), config.model, t.model().parameters());
+  io::HfModel back = io::import_hf((dir / "hf").string());
+  CHECK(back.config.n_embd == config.model.n_embd);
+  CHECK(back.config.n_layer == config.model.n_layer);
+  CHECK(back.tensors.size() == t.model().parameters().size());
+  for (const auto& [name, tensor] : back.tensors) {
+    INFO(name);
+    CHECK(tensor.to_vector() ==
+          nn::find_parameter(t.model().parameters(), name).tensor.to_vector());
+  }
   fs::remove_all(dir);
 }

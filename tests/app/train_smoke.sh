@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# End-to-end check of the `tinyscale` program (label app): a short training run with metrics and
+# checkpoints, a resume that continues where it stopped, an export to the Hugging Face layout,
+# and a config typo that is refused with a suggestion. Usage: train_smoke.sh TINYSCALE SOURCE_DIR
+set -euo pipefail
+bin=$1
+src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "train_smoke: $*" >&2; exit 1; }
+
+common=(--config "$src/configs/tiny.toml" --set train.steps=6 --set train.eval_every=3
+        --set train.eval_batches=2 --set train.log_every=3 --set train.checkpoint_every=3
+        --set "train.checkpoint_dir=\"$work/ckpt\"" --set optim.warmup_steps=2)
+"$bin" train "${common[@]}" --metrics "$work/full.jsonl" > "$work/full.txt"
+grep -q "final val loss" "$work/full.txt" || fail "no final val loss line"
+[ "$(grep -c '"step"' "$work/full.jsonl")" -eq 6 ] || fail "expected 6 step lines in the metrics"
+for key in loss lr grad_norm tokens_per_s mfu val_loss; do
+  grep -q "\"$key\"" "$work/full.jsonl" || fail "metrics lack $key"
+done
+grep -q '"summary":true' "$work/full.jsonl" || fail "metrics lack the summary line"
+grep -q '"entropy_rate":1\.' "$work/full.jsonl" || fail "summary lacks the entropy rate"
+
+# resume from step 3 and compare the last three losses with the uninterrupted run
+"$bin" train "${common[@]}" --resume "$work/ckpt/step_00000003" --metrics "$work/resumed.jsonl" \
+  > "$work/resumed.txt"
+grep -q "resumed from" "$work/resumed.txt" || fail "resume did not say so"
+tail_losses() { grep '"step"' "$1" | tail -3 | sed 's/.*"loss":\([^,]*\).*/\1/'; }
+[ "$(tail_losses "$work/full.jsonl")" = "$(tail_losses "$work/resumed.jsonl")" ] ||
+  fail "resumed losses differ from the uninterrupted run"
+
+"$bin" export-hf "$work/hf" --checkpoint "$work/ckpt" > /dev/null
+[ -s "$work/hf/config.json" ] && [ -s "$work/hf/model.safetensors" ] || fail "export-hf wrote nothing"
+grep -q '"model_type": *"gpt2"' "$work/hf/config.json" || fail "config.json is not GPT-2's"
+
+if "$bin" train --config "$src/configs/tiny.toml" --set model.n_embed=32 2> "$work/err.txt"; then
+  fail "a misspelt key was accepted"
+fi
+grep -q "did you mean 'model.n_embd'" "$work/err.txt" || fail "no suggestion for a misspelt key"
+echo "train_smoke: train, metrics, resume, export-hf and config errors behave"
