@@ -15,21 +15,11 @@
 using namespace tinyscale;
 using namespace tinyscale::io;
 using Catch::Contains;
+using tinyscale::testing::read_bytes;
+using tinyscale::testing::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 bool bit_equal(const NamedTensors& a, const NamedTensors& b) {
   if (a.size() != b.size()) return false;

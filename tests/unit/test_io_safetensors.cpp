@@ -17,20 +17,10 @@
 using namespace tinyscale;
 using namespace tinyscale::io;
 using Catch::Contains;
+using tinyscale::testing::read_bytes;
+using tinyscale::testing::write_bytes;
 
 namespace {
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // A safetensors file from a header text and `data_bytes` zero bytes of data.
 std::string handmade(const std::string& header, std::size_t data_bytes) {

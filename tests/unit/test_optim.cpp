@@ -1,6 +1,7 @@
 // Chapter 02, the optimizer: AdamW against a plain-loop reference of PyTorch's formula, decay only
 // where flagged, skipped parameters, bit-identical resume from saved state.
 #include "optim/adamw.hpp"
+#include "params.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -10,19 +11,10 @@
 using namespace tinyscale;
 using namespace tinyscale::optim;
 using Catch::Contains;
+using tinyscale::testing::param;
+using tinyscale::testing::set_grad;
 
 namespace {
-
-Tensor param(const std::vector<double>& values, const Shape& shape, DType dtype) {
-  Tensor t = Tensor::from_vector(values, shape, dtype);
-  t.set_requires_grad();
-  return t;
-}
-
-void set_grad(const Tensor& p, const std::vector<double>& g) {
-  Tensor copy = p; // set_grad is non-const on the handle; the handle shares the tensor
-  copy.set_grad(Tensor::from_vector(g, p.shape(), p.dtype()));
-}
 
 // A deterministic, sign-changing gradient for element i of parameter k at step s.
 double grad_value(int k, std::int64_t i, int s) {

@@ -2,6 +2,7 @@
 // the warm-up + cosine learning-rate schedule.
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"
+#include "params.hpp"
 
 #include <catch2/catch.hpp>
 #include <vector>
@@ -9,22 +10,8 @@
 using namespace tinyscale;
 using namespace tinyscale::optim;
 using Catch::Contains;
-
-namespace {
-
-Tensor param(const std::vector<double>& values, const Shape& shape, DType dtype) {
-  Tensor t = Tensor::from_vector(values, shape, dtype);
-  t.set_requires_grad();
-  return t;
-}
-
-void set_grad(const Tensor& p, const std::vector<double>& g) {
-  Tensor copy = p;
-  copy.set_grad(Tensor::from_vector(g, p.shape(), p.dtype()));
-}
-
-} // namespace
-
+using tinyscale::testing::param;
+using tinyscale::testing::set_grad;
 // ---- clipping ------------------------------------------------------------------------------
 
 TEST_CASE("global_grad_norm is one L2 norm over all gradients, ignoring missing ones", "[unit]") {
