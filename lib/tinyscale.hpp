@@ -1,4 +1,5 @@
-// The whole public API of tinyscale's core in one include (chapter 01).
+// The whole public API of tinyscale in one include: the core (chapter 01), the model, optimizer,
+// data, I/O and metrics (chapters 02-03).
 #pragma once
 
 #include "autograd/engine.hpp"
@@ -10,7 +11,18 @@
 #include "core/rng.hpp"
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
+#include "data/dataset.hpp"
+#include "io/checkpoint.hpp"
+#include "io/config.hpp"
+#include "io/hf_export.hpp"
+#include "metrics/flop_counter.hpp"
+#include "metrics/flops.hpp"
+#include "metrics/mfu.hpp"
 #include "moe/moe_layer.hpp"
 #include "moe/router.hpp"
 #include "nn/gpt.hpp"
 #include "ops/ops.hpp"
+#include "optim/adamw.hpp"
+#include "optim/clip.hpp"
+#include "optim/schedule.hpp"
+#include "train/trainer.hpp"
