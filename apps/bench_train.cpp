@@ -24,6 +24,13 @@ struct BenchTrainOptions {
 void run_bench_train(const BenchTrainOptions& opt) {
   io::RunConfig config = io::load_config(opt.config, opt.overrides);
   config.train.steps = opt.warmup + opt.steps;
+  if (config.optim.decay_steps == 0 && config.optim.warmup_steps > config.train.steps) {
+    std::printf("note: optim.warmup_steps lowered from %lld to %lld for this short run (the "
+                "learning rate does not change the time of a step)\n",
+                static_cast<long long>(config.optim.warmup_steps),
+                static_cast<long long>(config.train.steps));
+    config.optim.warmup_steps = config.train.steps;
+  }
   train::Trainer trainer(config);
   const auto& m = config.model;
   const auto& t = config.train;

@@ -69,20 +69,31 @@ void run_train(const TrainOptions& opt) {
            "found none; `tinyscale train --list-keys` lists every key a config may set");
   io::RunConfig config = io::load_config(opt.config, opt.overrides);
   if (opt.peak_gflops > 0) config.train.peak_gflops = opt.peak_gflops;
-  std::unique_ptr<std::ofstream> metrics;
-  if (!opt.metrics_path.empty()) {
-    metrics = std::make_unique<std::ofstream>(opt.metrics_path);
-    TS_CHECK(metrics->good(), "train: cannot open --metrics file ", opt.metrics_path,
-             " for writing; check the directory exists and is writable");
-  }
+  const train::TrainConfig& t = config.train;
   train::Trainer trainer(config);
-  if (opt.resume_latest || !opt.resume.empty()) {
+  const bool resuming = opt.resume_latest || !opt.resume.empty();
+  if (resuming) {
     const std::string from = opt.resume.empty() ? config.train.checkpoint_dir : opt.resume;
     trainer.resume(from);
     std::printf("resumed from %s at step %lld\n", from.c_str(),
                 static_cast<long long>(trainer.step()));
+    TS_CHECK(trainer.step() <= t.steps, "train: the checkpoint is at step ", trainer.step(),
+             ", past train.steps = ", t.steps, "; resume with the config it was written with");
+    if (trainer.step() == t.steps) {
+      std::printf("nothing to do: the checkpoint is at train.steps = %lld\n",
+                  static_cast<long long>(t.steps));
+      return;
+    }
   }
-  const train::TrainConfig& t = config.train;
+  // Opened after a successful resume, and appended to: a resumed run continues the file of the
+  // interrupted one (whose lines up to the checkpoint's step it then repeats, if it ran past it).
+  std::unique_ptr<std::ofstream> metrics;
+  if (!opt.metrics_path.empty()) {
+    metrics = std::make_unique<std::ofstream>(opt.metrics_path,
+                                              resuming ? std::ios::app : std::ios::trunc);
+    TS_CHECK(metrics->good(), "train: cannot open --metrics file ", opt.metrics_path,
+             " for writing; check the directory exists and is writable");
+  }
   const metrics::Peak peak = metrics::resolve_peak(t.peak_gflops, Device::cpu(), "fp32");
   const double flops = trainer.flops_per_token();
   std::printf("model: %lld parameters, %d layers, d_model %lld%s | %.3g FLOPs per token\n",
@@ -95,8 +106,7 @@ void run_train(const TrainOptions& opt) {
   std::fflush(stdout);
 
   const bool interactive = isatty(STDERR_FILENO) != 0;
-  const std::int64_t first_step = trainer.step();
-  metrics::Progress progress(t.steps - first_step, std::cerr, interactive);
+  metrics::Progress progress(t.steps, std::cerr, interactive); // rate from its first update
   const std::optional<double> entropy = trainer.dataset().entropy_rate();
   double val_loss = 0, total_seconds = 0;
   std::int64_t timed_tokens = 0;
@@ -146,7 +156,7 @@ void run_train(const TrainOptions& opt) {
                     static_cast<long long>(t.steps), val_line(val_loss, entropy).c_str());
       std::fflush(stdout);
     }
-    if (interactive) progress.update(r.step - first_step, text);
+    if (interactive) progress.update(r.step, text);
     if (t.checkpoint_every > 0 && (r.step % t.checkpoint_every == 0 || r.step == t.steps))
       std::printf("checkpoint: %s\n", trainer.save_checkpoint().c_str());
   }

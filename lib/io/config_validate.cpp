@@ -83,6 +83,10 @@ void validate_run_config(const RunConfig& run) {
   validate_optim(run.optim);
   validate_data(run.data);
   validate_train(run.train, run.model);
+  TS_CHECK(run.optim.decay_steps > 0 || run.optim.warmup_steps <= run.train.steps,
+           "optim.warmup_steps: expected at most train.steps = ", run.train.steps,
+           " (the cosine decay runs over the steps after warm-up), found ", run.optim.warmup_steps,
+           "; lower optim.warmup_steps or raise train.steps");
 }
 
 } // namespace tinyscale::io

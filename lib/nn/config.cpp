@@ -2,6 +2,8 @@
 
 #include "core/error.hpp"
 
+#include <cmath>
+
 namespace tinyscale::nn {
 
 void ModelConfig::validate() const {
@@ -25,6 +27,11 @@ void ModelConfig::validate() const {
              "found ", moe.n_experts);
     TS_CHECK(moe.top_k == 1 || moe.top_k == 2, "model.moe.top_k: expected 1 or 2, found ",
              moe.top_k);
+    TS_CHECK(moe.every <= n_layer, "model.moe.every: expected at most model.n_layer = ", n_layer,
+             " (every k-th block is MoE), found ", moe.every, "; with it no block would be MoE");
+    TS_CHECK(std::isfinite(moe.capacity_factor) && moe.capacity_factor < 1e6,
+             "model.moe.capacity_factor: expected a finite factor (<= 0 for dropless), found ",
+             moe.capacity_factor);
     TS_CHECK(moe.top_k <= moe.n_experts,
              "model.moe.top_k: expected at most model.moe.n_experts = ", moe.n_experts, ", found ",
              moe.top_k);

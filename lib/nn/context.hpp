@@ -13,9 +13,10 @@ namespace tinyscale::nn {
 
 /// Per-call settings of a forward pass.
 struct ForwardContext {
-  bool training = false;       ///< dropout is active only when training
-  std::uint64_t seed = 0;      ///< run seed (train.seed)
-  std::int64_t step = 0;       ///< optimizer step (and micro-batch), mixed into the dropout seed
+  bool training = false;  ///< dropout is active only when training
+  std::uint64_t seed = 0; ///< run seed (train.seed)
+  std::int64_t step =
+      0; ///< optimizer step, mixed into the dropout seed (micro-batches differ by row_offset)
   std::int64_t row_offset = 0; ///< index of this call's first row within the global batch
 
   /// Dropout stream for the layer `name` on a [rows, ...] tensor with `row_elements` per row.

@@ -4,6 +4,7 @@
 #include "autograd/grad_mode.hpp"
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
+#include "io/config_keys.hpp"
 #include "metrics/flops.hpp"
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"
@@ -57,7 +58,10 @@ StepResult Trainer::train_step() {
     nn::ForwardContext ctx{true, t.seed, step_, m * rows};
     nn::ModelOutput out = model_.forward(b.inputs, b.targets, ctx);
     // Each micro-batch's loss is a mean over its rows * seq_len tokens; equal micro-batches, so
-    // dividing by their number gives the mean over the whole batch (the one-batch loss).
+    // dividing by their number gives the mean over the whole batch: the one-batch loss, exactly
+    // for a dense model. A MoE layer routes per micro-batch (its capacity counts the micro-batch's
+    // tokens, and the Switch loss is a product of per-micro-batch means), the per-micro-batch
+    // convention THEORY.md sec. 7 uses, so there it is the mean of per-micro-batch losses.
     backward(out.loss / static_cast<double>(micro));
     r.loss += out.loss.item() / static_cast<double>(micro);
     r.lm_loss += out.lm_loss.item() / static_cast<double>(micro);
@@ -66,6 +70,10 @@ StepResult Trainer::train_step() {
       r.z_loss += out.z_loss.item() / static_cast<double>(micro);
     }
     add_stats(r.moe, out.moe);
+  }
+  for (auto& s : r.moe) { // counts add up over micro-batches; losses are averaged like r.aux_loss
+    s.aux_loss /= static_cast<double>(micro);
+    s.z_loss /= static_cast<double>(micro);
   }
   r.grad_norm = optim::clip_grad_norm(model_.parameters(), config_.optim.grad_clip);
   r.lr = optim::learning_rate(config_.optim, step_, t.steps);
@@ -77,6 +85,8 @@ StepResult Trainer::train_step() {
   return r;
 }
 
+// Validation runs each batch whole (no micro-batches: no gradients to hold), so a MoE layer's
+// capacity counts batch_size * seq_len tokens here; only the cross-entropy is reported.
 double Trainer::evaluate() const {
   NoGradGuard no_grad;
   const TrainConfig& t = config_.train;
@@ -99,31 +109,56 @@ std::string Trainer::save_checkpoint() const {
   return io::write_checkpoint(config_.train.checkpoint_dir, c);
 }
 
+namespace {
+// Keys a resumed run may change: they steer logging and saving, not the arithmetic.
+bool may_differ_on_resume(std::string_view key) {
+  for (std::string_view k : {"train.checkpoint_dir", "train.checkpoint_every", "train.log_every",
+                             "train.eval_every", "train.eval_batches", "train.peak_gflops"})
+    if (key == k) return true;
+  return false;
+}
+
+// Every other key must match the checkpoint's config, or the resumed run is not the run that
+// was interrupted: train.steps sets the cosine schedule, batch_size and seq_len pick the data
+// rows, micro_batches changes MoE routing, and so on.
+void check_same_run(const io::RunConfig& saved, const io::RunConfig& now, const std::string& path) {
+  std::string differences;
+  for (const io::ConfigKey& key : io::config_keys()) {
+    if (may_differ_on_resume(key.name)) continue;
+    const std::string a = io::format_config_value(key, saved),
+                      b = io::format_config_value(key, now);
+    if (a != b) {
+      differences += differences.empty() ? "" : ", ";
+      differences += std::string(key.name) + " = " + a + " in the checkpoint, " + b + " now";
+    }
+  }
+  TS_CHECK(differences.empty(), "resume: expected the config of the checkpoint ", path,
+           " (only logging, evaluation and checkpoint keys may change), found ", differences,
+           ". To train longer than train.steps, set optim.decay_steps in the original run so the "
+           "schedule does not depend on train.steps");
+}
+} // namespace
+
 void Trainer::resume(const std::string& path) {
   io::Checkpoint c = io::read_checkpoint(path);
+  // Check everything before changing anything, so a refused resume leaves the trainer as it was.
+  check_same_run(io::parse_config(c.config_toml, path + " (manifest config)"), config_, path);
   std::map<std::string, Tensor> saved(c.model.begin(), c.model.end());
   for (const auto& p : model_.parameters()) {
     auto it = saved.find(p.name);
     TS_CHECK(it != saved.end(), "resume: expected parameter '", p.name, "' in the checkpoint ",
-             path, ", found none; was it written by another model config?");
-    TS_CHECK(it->second.shape() == p.tensor.shape(), "resume: parameter '", p.name, "' has shape ",
-             it->second.shape().str(), " in the checkpoint and ", p.tensor.shape().str(),
-             " in this model; the model configs differ");
-    NoGradGuard no_grad;
-    Tensor(p.tensor).copy_(it->second.to(p.tensor.dtype()));
-    saved.erase(it);
+             path, ", found none; the model configs differ");
+    TS_CHECK(it->second.shape() == p.tensor.shape() && it->second.dtype() == p.tensor.dtype(),
+             "resume: parameter '", p.name, "' is ", it->second.shape().str(), " ",
+             dtype_name(it->second.dtype()), " in the checkpoint and ", p.tensor.shape().str(), " ",
+             dtype_name(p.tensor.dtype()), " in this model; the model configs differ");
   }
-  TS_CHECK(saved.empty(), "resume: the checkpoint ", path, " has ", saved.size(),
-           " parameters this model lacks (for example '", saved.empty() ? "" : saved.begin()->first,
-           "'); the model configs differ");
-  for (const char* key : {"train_seed", "data_seed"}) {
-    const std::uint64_t now = key[0] == 't' ? config_.train.seed : config_.data.seed;
-    TS_CHECK(c.state.contains(key) && c.state[key].get<std::uint64_t>() == now, "resume: the ",
-             "checkpoint was written with ", key, " = ",
-             c.state.contains(key) ? c.state[key].dump() : "?", ", this run has ", now,
-             "; a resumed run must keep the seeds to reproduce the data and dropout");
-  }
-  optimizer_.load_state(c.optimizer);
+  TS_CHECK(saved.size() == model_.parameters().size(), "resume: the checkpoint ", path, " has ",
+           saved.size(), " parameters, this model ", model_.parameters().size(),
+           "; the model configs differ");
+  optimizer_.load_state(c.optimizer); // validates all of it before it changes anything
+  NoGradGuard no_grad;
+  for (const auto& p : model_.parameters()) Tensor(p.tensor).copy_(saved.at(p.name));
   step_ = c.step;
 }
 

@@ -2,7 +2,8 @@
 // against. One step = micro_batches forward/backward passes accumulating gradients, global-norm
 // clipping, AdamW at the scheduled learning rate. Everything random is a pure function of
 // (seed, step, row), so a run resumed from a checkpoint reproduces the uninterrupted run's losses
-// bit for bit: the checkpoint holds parameters, AdamW moments and the step, nothing else.
+// bit for bit: the checkpoint holds parameters, AdamW moments with their per-parameter step
+// counts (an expert that got no tokens skipped steps), the step, the seeds and the config.
 #pragma once
 
 #include "data/dataset.hpp"
@@ -27,7 +28,8 @@ struct StepResult {
   double grad_norm = 0;               ///< global gradient norm before clipping
   double seconds = 0;                 ///< wall time of the step
   double tokens_per_s = 0;            ///< batch_size * seq_len / seconds
-  std::vector<nn::MoeLayerStats> moe; ///< per MoE layer, summed over micro-batches
+  std::vector<nn::MoeLayerStats> moe; ///< per MoE layer: counts summed over micro-batches,
+                                      ///< losses averaged
 };
 
 /// Owns the model, optimizer and data of one run.

@@ -250,6 +250,8 @@ TEST_CASE("validation runs after the overrides and checks across sections", "[un
   REQUIRE_TS_ERROR(parse_config("[optim]\nbeta2 = 1.0\n", "t.toml"),
                    Contains("optim.beta2") && Contains("[0, 1)"));
   REQUIRE_TS_ERROR(parse_config("[train]\nsteps = 0\n", "t.toml"), Contains("train.steps"));
+  REQUIRE_TS_ERROR(parse_config("[train]\nsteps = 5\n[optim]\nwarmup_steps = 6\n", "t.toml"),
+                   Contains("optim.warmup_steps: expected at most train.steps = 5"));
   REQUIRE_TS_ERROR(parse_config("[model]\nn_embd = 63\n", "t.toml"), Contains("model.n_embd"));
   REQUIRE_TS_ERROR(parse_config("[data]\nsource = \"csv\"\n", "t.toml"), Contains("data.source"));
   REQUIRE_TS_ERROR(parse_config("[data]\nsource = \"text\"\n", "t.toml"), Contains("data.path"));
@@ -259,7 +261,7 @@ TEST_CASE("load_config reads a file and names a missing one", "[unit]") {
   testing::ScratchDir dir;
   {
     std::ofstream out(dir / "run.toml");
-    out << "[train]\nsteps = 5\n";
+    out << "[train]\nsteps = 5\n[optim]\nwarmup_steps = 2\n";
   }
   const RunConfig c = load_config(dir / "run.toml", {"train.log_every=5"});
   CHECK(c.train.steps == 5);

@@ -115,7 +115,31 @@ TEST_CASE("Resuming from a corrupted checkpoint fails with a clear error", "[uni
   train::Trainer w(wider);
   w.save_checkpoint();
   CHECK_THROWS_WITH(again.resume((dir / "other").string()),
-                    Catch::Contains("model configs differ"));
+                    Catch::Contains("model.n_embd = 32 in the checkpoint, 16 now"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Resume refuses a changed run but accepts changed logging and checkpoint settings",
+          "[unit][train]") {
+  const fs::path dir = fresh_dir("resume_config");
+  io::RunConfig config = small_run(dir.string());
+  train::Trainer t(config);
+  t.train_step();
+  t.save_checkpoint();
+  io::RunConfig other = config;
+  other.train.batch_size = 8; // other data rows: not the interrupted run
+  other.train.steps = 7;      // another cosine schedule
+  train::Trainer refused(other);
+  CHECK_THROWS_WITH(refused.resume(dir.string()),
+                    Catch::Contains("train.batch_size = 4 in the checkpoint, 8 now") &&
+                        Catch::Contains("train.steps = 6 in the checkpoint, 7 now"));
+  CHECK(refused.step() == 0); // nothing was restored
+  io::RunConfig chatty = config;
+  chatty.train.log_every = 1;
+  chatty.train.eval_batches = 1;
+  train::Trainer accepted(chatty);
+  accepted.resume(dir.string());
+  CHECK(accepted.step() == 1);
   fs::remove_all(dir);
 }
 
