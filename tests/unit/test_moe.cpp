@@ -140,3 +140,40 @@ TEST_CASE("One expert, top-1, unlimited capacity equals the dense model exactly"
   CHECK(db.moe[0].tokens_per_expert == std::vector<std::int64_t>{12});
   CHECK(db.moe[0].dropped == 0);
 }
+
+TEST_CASE("The MoE layer outputs sum_j gate_j * expert_j(x) for each token (top-2, dropless)",
+          "[unit][moe]") {
+  nn::ModelConfig c;
+  c.n_embd = 4;
+  c.n_head = 1;
+  c.dtype = DType::Float64;
+  c.initializer_range = 0.5;
+  c.moe = {1, 3, 2, 0.0, 1e-2, 1e-3};
+  nn::ParameterList params;
+  moe::MoeFeedForward layer(params, "h.0.mlp", 0, c, 9);
+  Tensor x = Tensor::randn(Shape({1, 5, 4}), 2, 3, DType::Float64);
+  auto y = layer.forward(x, {}).y.to_vector();
+  Tensor tokens = reshape(x, {5, 4});
+  moe::Routing r =
+      moe::route(tokens, nn::find_parameter(params, "h.0.mlp.router.weight").tensor, c.moe);
+  auto p = [&](int e, const char* what) {
+    std::string name = "h.0.mlp.experts.";
+    name += std::to_string(e);
+    name += what;
+    return nn::find_parameter(params, name).tensor;
+  };
+  auto gates = r.gates.to_vector();
+  for (std::int64_t t = 0; t < 5; ++t) {
+    Tensor xt = slice(tokens, 0, t, t + 1);
+    std::vector<double> expected(4, 0.0);
+    for (int j = 0; j < 2; ++j) {
+      const int e = static_cast<int>(r.expert[static_cast<std::size_t>(t * 2 + j)]);
+      Tensor h = gelu(matmul(xt, p(e, ".c_fc.weight")) + p(e, ".c_fc.bias"));
+      auto ye = (matmul(h, p(e, ".c_proj.weight")) + p(e, ".c_proj.bias")).to_vector();
+      for (std::size_t i = 0; i < 4; ++i)
+        expected[i] += gates[static_cast<std::size_t>(t * 2 + j)] * ye[i];
+    }
+    for (std::size_t i = 0; i < 4; ++i)
+      CHECK(y[static_cast<std::size_t>(t) * 4 + i] == Approx(expected[i]).epsilon(1e-12));
+  }
+}
