@@ -11,6 +11,17 @@ namespace {
 Tensor probs_of(std::vector<double> v, std::int64_t n, std::int64_t e) {
   return Tensor::from_vector(v, Shape({n, e}), DType::Float64);
 }
+
+/// A float64 model config of width 4 for testing one MoE layer on its own.
+nn::ModelConfig layer_config(nn::MoeConfig moe, double init_std = 0.02) {
+  nn::ModelConfig c;
+  c.n_embd = 4;
+  c.n_head = 1;
+  c.dtype = DType::Float64;
+  c.initializer_range = init_std;
+  c.moe = moe;
+  return c;
+}
 } // namespace
 
 TEST_CASE("Switch load-balancing loss equals E * sum f_i P_i computed by hand", "[unit][moe]") {
@@ -81,11 +92,7 @@ TEST_CASE("Capacity keeps first choices before second choices, then drops the ov
 
 TEST_CASE("A token over capacity skips the experts: the MoE layer outputs exactly zero for it",
           "[unit][moe]") {
-  nn::ModelConfig c;
-  c.n_embd = 4;
-  c.n_head = 1;
-  c.dtype = DType::Float64;
-  c.moe = {1, 2, 1, 1.0, 1e-2, 1e-3};
+  nn::ModelConfig c = layer_config({1, 2, 1, 1.0, 1e-2, 1e-3});
   nn::ParameterList params;
   moe::MoeFeedForward layer(params, "h.0.mlp", 0, c, 3);
   // router column 0 = +1, column 1 = -1 and positive inputs: every token prefers expert 0
@@ -143,12 +150,7 @@ TEST_CASE("One expert, top-1, unlimited capacity equals the dense model exactly"
 
 TEST_CASE("The MoE layer outputs sum_j gate_j * expert_j(x) for each token (top-2, dropless)",
           "[unit][moe]") {
-  nn::ModelConfig c;
-  c.n_embd = 4;
-  c.n_head = 1;
-  c.dtype = DType::Float64;
-  c.initializer_range = 0.5;
-  c.moe = {1, 3, 2, 0.0, 1e-2, 1e-3};
+  nn::ModelConfig c = layer_config({1, 3, 2, 0.0, 1e-2, 1e-3}, 0.5);
   nn::ParameterList params;
   moe::MoeFeedForward layer(params, "h.0.mlp", 0, c, 9);
   Tensor x = Tensor::randn(Shape({1, 5, 4}), 2, 3, DType::Float64);
