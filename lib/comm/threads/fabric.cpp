@@ -15,9 +15,13 @@ Fabric::Fabric(int world_size) {
 
 void Fabric::send(const MailboxKey& key, const MessageHeader& header, const void* buffer) {
   // Copy the payload before taking the lock: the receiver's mailbox stays free meanwhile.
-  Message message{header, std::vector<std::byte>(static_cast<std::size_t>(header.count) *
-                                                 dtype_size(header.dtype))};
-  if (!message.payload.empty()) std::memcpy(message.payload.data(), buffer, message.payload.size());
+  Message message;
+  message.header = header;
+  message.bytes = static_cast<std::size_t>(header.count) * dtype_size(header.dtype);
+  if (message.bytes > 0) {
+    message.payload = std::make_unique_for_overwrite<std::byte[]>(message.bytes);
+    std::memcpy(message.payload.get(), buffer, message.bytes);
+  }
   Mailbox& box = *mailboxes_.at(key.dst);
   {
     std::lock_guard lock(box.mutex);

@@ -46,10 +46,11 @@ struct MessageHeader {
   std::int64_t count = 0;             ///< elements in this message
 };
 
-/// One message: its header and a private copy of the payload.
+/// One message: its header and a private copy of the payload (header.count elements).
 struct Message {
   MessageHeader header;
-  std::vector<std::byte> payload;
+  std::unique_ptr<std::byte[]> payload; // not zeroed first: the copy overwrites every byte
+  std::size_t bytes = 0;
 };
 
 /// A place in the matching order of one key, taken when a receive is posted.

@@ -77,7 +77,7 @@ void ThreadsCommunicator::deliver(const Message& message, void* buffer, std::int
            count, " ", dtype_name(dtype), " elements from rank ", peer, " (tag ", tag,
            "), found a message of ", got.count, " ", dtype_name(got.dtype),
            " elements. The sender's count and dtype must equal the receiver's.");
-  if (!message.payload.empty()) std::memcpy(buffer, message.payload.data(), message.payload.size());
+  if (message.bytes > 0) std::memcpy(buffer, message.payload.get(), message.bytes);
 }
 
 void ThreadsCommunicator::send(const void* buffer, std::int64_t count, DType dtype, int peer,
