@@ -4,12 +4,43 @@
 // or a waiter that has just checked the flag could fall asleep and miss the wake-up.
 #include "comm/threads/fabric.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
 namespace tinyscale::comm::threads {
 
-Fabric::Fabric(int world_size) {
+Payload PayloadPool::acquire(std::size_t bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->capacity >= bytes && (best == free_.end() || it->capacity < best->capacity))
+        best = it;
+    }
+    if (best != free_.end()) {
+      Payload payload = std::move(*best);
+      free_.erase(best);
+      return payload;
+    }
+  }
+  return Payload{std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
+}
+
+void PayloadPool::release(Payload payload) {
+  if (payload.capacity == 0) return;
+  std::lock_guard lock(mutex_);
+  free_.push_back(std::move(payload));
+  if (free_.size() > max_buffers_) {
+    auto smallest = std::min_element(free_.begin(), free_.end(), [](const auto& a, const auto& b) {
+      return a.capacity < b.capacity;
+    });
+    free_.erase(smallest);
+  }
+}
+
+// Two buffers per rank: about what a ring step has in flight, so steady state allocates nothing.
+Fabric::Fabric(int world_size) : pool_(2 * static_cast<std::size_t>(world_size)) {
   for (int r = 0; r < world_size; ++r) mailboxes_.push_back(std::make_unique<Mailbox>());
 }
 
@@ -19,8 +50,8 @@ void Fabric::send(const MailboxKey& key, const MessageHeader& header, const void
   message.header = header;
   message.bytes = static_cast<std::size_t>(header.count) * dtype_size(header.dtype);
   if (message.bytes > 0) {
-    message.payload = std::make_unique_for_overwrite<std::byte[]>(message.bytes);
-    std::memcpy(message.payload.get(), buffer, message.bytes);
+    message.payload = pool_.acquire(message.bytes);
+    std::memcpy(message.payload.data.get(), buffer, message.bytes);
   }
   Mailbox& box = *mailboxes_.at(key.dst);
   {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tinyscale::comm::threads {
@@ -46,11 +47,34 @@ struct MessageHeader {
   std::int64_t count = 0;             ///< elements in this message
 };
 
-/// One message: its header and a private copy of the payload (header.count elements).
+/// Bytes that hold a message's payload; `capacity` may exceed what the message uses.
+struct Payload {
+  std::unique_ptr<std::byte[]> data; // not zeroed first: the copy overwrites what is used
+  std::size_t capacity = 0;
+};
+
+/// One message: its header and a private copy of the payload (`bytes` of it are used).
 struct Message {
   MessageHeader header;
-  std::unique_ptr<std::byte[]> payload; // not zeroed first: the copy overwrites every byte
+  Payload payload;
   std::size_t bytes = 0;
+};
+
+/// Payload buffers kept for reuse. A fresh large buffer costs a page fault per 4 KiB page, more
+/// than copying into a warm one, so receivers hand buffers back and senders take them again.
+class PayloadPool {
+public:
+  /// Keeps at most `max_buffers` buffers (the largest ones) between messages.
+  explicit PayloadPool(std::size_t max_buffers) : max_buffers_(max_buffers) {}
+  /// The smallest kept buffer of at least `bytes`, or a new one.
+  Payload acquire(std::size_t bytes);
+  /// Keeps `payload` for reuse (or frees the smallest buffer when the pool is full).
+  void release(Payload payload);
+
+private:
+  std::mutex mutex_;
+  std::vector<Payload> free_;
+  std::size_t max_buffers_;
 };
 
 /// A place in the matching order of one key, taken when a receive is posted.
@@ -80,6 +104,8 @@ public:
                   const std::atomic<bool>* cancel = nullptr);
   /// Takes the ticket's message if it has arrived; never blocks.
   bool try_take(const ReceiveTicket& ticket, Message& out);
+  /// Returns a received message's payload buffer for reuse by later sends.
+  void recycle(Message& message) { pool_.release(std::move(message.payload)); }
 
   /// Aborts the world: every current and future wait returns Aborted. The first reason wins.
   void abort(const std::string& reason);
@@ -108,6 +134,7 @@ private:
   bool take_locked(Mailbox& box, const ReceiveTicket& ticket, Message& out);
 
   std::vector<std::unique_ptr<Mailbox>> mailboxes_;
+  PayloadPool pool_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex abort_mutex_;
   std::string abort_reason_;

@@ -83,8 +83,9 @@ public:
   /// cancellation Error described by `context`.
   void await(const ReceiveTicket& ticket, Message& out, std::chrono::milliseconds timeout,
              const WaitContext& context) const;
-  /// Checks a point-to-point message against the recv that matched it and copies it out.
-  void deliver(const Message& message, void* buffer, std::int64_t count, DType dtype, int peer,
+  /// Checks a point-to-point message against the recv that matched it, copies it out and
+  /// recycles its buffer.
+  void deliver(Message& message, void* buffer, std::int64_t count, DType dtype, int peer,
                int tag) const;
 
 private:

@@ -38,7 +38,7 @@ public:
 
 private:
   // A size mismatch found while polling is kept and rethrown by wait(), so polling never throws.
-  void take(const Message& message) {
+  void take(Message& message) {
     done_ = true;
     try {
       comm_.deliver(message, buffer_, count_, dtype_, peer_, tag_);
@@ -70,14 +70,15 @@ void ThreadsCommunicator::check_peer(int peer, const char* op) const {
            size() - 1, ", found ", peer);
 }
 
-void ThreadsCommunicator::deliver(const Message& message, void* buffer, std::int64_t count,
-                                  DType dtype, int peer, int tag) const {
+void ThreadsCommunicator::deliver(Message& message, void* buffer, std::int64_t count, DType dtype,
+                                  int peer, int tag) const {
   const MessageHeader& got = message.header;
   TS_CHECK(got.count == count && got.dtype == dtype, "recv on ", describe(*this), ": expected ",
            count, " ", dtype_name(dtype), " elements from rank ", peer, " (tag ", tag,
            "), found a message of ", got.count, " ", dtype_name(got.dtype),
            " elements. The sender's count and dtype must equal the receiver's.");
-  if (message.bytes > 0) std::memcpy(buffer, message.payload.get(), message.bytes);
+  if (message.bytes > 0) std::memcpy(buffer, message.payload.data.get(), message.bytes);
+  fabric_.recycle(message);
 }
 
 void ThreadsCommunicator::send(const void* buffer, std::int64_t count, DType dtype, int peer,

@@ -29,7 +29,8 @@ void ThreadsTransport::recv(void* buffer, std::int64_t count, DType dtype, int p
   comm_.await(comm_.fabric().post_receive(key), message, timeout_,
               WaitContext{op_, static_cast<std::int64_t>(sequence_), phase_, peer, -1});
   check_header(message.header, count, dtype, peer);
-  if (message.bytes > 0) std::memcpy(buffer, message.payload.get(), message.bytes);
+  if (message.bytes > 0) std::memcpy(buffer, message.payload.data.get(), message.bytes);
+  comm_.fabric().recycle(message);
 }
 
 void ThreadsTransport::send_recv(const void* send, std::int64_t send_count, int dst, void* recv,
