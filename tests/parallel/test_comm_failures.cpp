@@ -201,3 +201,19 @@ TEST_CASE("run_threads rejects a world size below 1", "[comm][threads]") {
                        0, [](Communicator&) {}, test_options()),
                    Contains("expected a world size >= 1, found 0"));
 }
+
+// The root travels in the messages too, but a broadcast whose ranks each believe they are the
+// root sends and never receives, so no rank can see the disagreement: only the reduce op is tested.
+TEST_CASE("ranks that pass different reduce ops get an Error naming both", "[comm][threads]") {
+  REQUIRE_TS_ERROR(run_threads(
+                       2,
+                       [](Communicator& comm) {
+                         std::vector<float> x(4, 1.0f);
+                         comm.all_reduce(x.data(), x.data(), 4, DType::Float32,
+                                         comm.rank() == 0 ? ReduceOp::Sum : ReduceOp::Max);
+                       },
+                       test_options()),
+                   Contains("all_reduce on group 'world'") &&
+                       Contains("ranks disagree on the reduce op") && Contains("passed sum") &&
+                       Contains("passed max"));
+}

@@ -45,6 +45,7 @@ struct MessageHeader {
   std::int64_t collective_count = -1; ///< the whole collective's count on the sender (-1: none)
   DType dtype = DType::Float32;       ///< the element type on the sender
   std::int64_t count = 0;             ///< elements in this message
+  std::int64_t argument = -1; ///< the collective's reduce op or root on the sender (-1: none)
 };
 
 /// Bytes that hold a message's payload; `capacity` may exceed what the message uses.

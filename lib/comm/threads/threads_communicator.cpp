@@ -68,26 +68,26 @@ void ThreadsCommunicator::await(const ReceiveTicket& ticket, Message& out,
 }
 
 void ThreadsCommunicator::run_collective(const char* op, std::int64_t count, DType dtype,
-                                         const CollectiveBody& body) {
-  ThreadsTransport transport(*this, next_sequence_++, op, count, dtype, timeout_);
+                                         CollectiveArgument argument, const CollectiveBody& body) {
+  ThreadsTransport transport(*this, next_sequence_++, op, count, dtype, argument, timeout_);
   body(transport);
 }
 
 WorkHandle ThreadsCommunicator::start_collective(const char* op, std::int64_t count, DType dtype,
-                                                 CollectiveBody body) {
+                                                 CollectiveArgument argument, CollectiveBody body) {
   const std::uint64_t sequence = next_sequence_++; // at issue time, on the caller's thread
   auto completion = std::make_shared<Completion>();
   if (worker_ == nullptr) worker_ = std::make_unique<AsyncWorker>();
-  worker_->submit(
-      [this, completion, sequence, op, count, dtype, timeout = timeout_, body = std::move(body)] {
-        try {
-          ThreadsTransport transport(*this, sequence, op, count, dtype, timeout);
-          body(transport);
-          completion->finish(nullptr);
-        } catch (...) {
-          completion->finish(std::current_exception());
-        }
-      });
+  worker_->submit([this, completion, sequence, op, count, dtype, argument, timeout = timeout_,
+                   body = std::move(body)] {
+    try {
+      ThreadsTransport transport(*this, sequence, op, count, dtype, argument, timeout);
+      body(transport);
+      completion->finish(nullptr);
+    } catch (...) {
+      completion->finish(std::current_exception());
+    }
+  });
   return std::make_unique<TaskWork>(completion, *this, detail::concat(op, " #", sequence),
                                     timeout_);
 }
@@ -115,7 +115,7 @@ void ThreadsCommunicator::all_reduce(const void* send, void* recv, std::int64_t 
                                      ReduceOp op) {
   check_count(count, "all_reduce", "count");
   check_reducible(dtype, op, "all_reduce");
-  run_collective("all_reduce", count, dtype,
+  run_collective("all_reduce", count, dtype, CollectiveArgument::reduce(op),
                  [&](Transport& t) { all_reduce_body(t, send, recv, count, dtype, op); });
 }
 
@@ -123,7 +123,7 @@ WorkHandle ThreadsCommunicator::all_reduce_async(const void* send, void* recv, s
                                                  DType dtype, ReduceOp op) {
   check_count(count, "all_reduce_async", "count");
   check_reducible(dtype, op, "all_reduce_async");
-  return start_collective("all_reduce", count, dtype,
+  return start_collective("all_reduce", count, dtype, CollectiveArgument::reduce(op),
                           [=](Transport& t) { all_reduce_body(t, send, recv, count, dtype, op); });
 }
 
@@ -131,7 +131,7 @@ void ThreadsCommunicator::reduce_scatter(const void* send, void* recv, std::int6
                                          DType dtype, ReduceOp op) {
   check_count(recv_count, "reduce_scatter", "recv_count");
   check_reducible(dtype, op, "reduce_scatter");
-  run_collective("reduce_scatter", recv_count, dtype,
+  run_collective("reduce_scatter", recv_count, dtype, CollectiveArgument::reduce(op),
                  [&](Transport& t) { ring_reduce_scatter(t, send, recv, recv_count, dtype, op); });
 }
 
@@ -140,29 +140,29 @@ WorkHandle ThreadsCommunicator::reduce_scatter_async(const void* send, void* rec
                                                      ReduceOp op) {
   check_count(recv_count, "reduce_scatter_async", "recv_count");
   check_reducible(dtype, op, "reduce_scatter_async");
-  return start_collective("reduce_scatter", recv_count, dtype, [=](Transport& t) {
-    ring_reduce_scatter(t, send, recv, recv_count, dtype, op);
-  });
+  return start_collective(
+      "reduce_scatter", recv_count, dtype, CollectiveArgument::reduce(op),
+      [=](Transport& t) { ring_reduce_scatter(t, send, recv, recv_count, dtype, op); });
 }
 
 void ThreadsCommunicator::all_gather(const void* send, void* recv, std::int64_t send_count,
                                      DType dtype) {
   check_count(send_count, "all_gather", "send_count");
-  run_collective("all_gather", send_count, dtype,
+  run_collective("all_gather", send_count, dtype, CollectiveArgument::none(),
                  [&](Transport& t) { ring_all_gather(t, send, recv, send_count, dtype); });
 }
 
 WorkHandle ThreadsCommunicator::all_gather_async(const void* send, void* recv,
                                                  std::int64_t send_count, DType dtype) {
   check_count(send_count, "all_gather_async", "send_count");
-  return start_collective("all_gather", send_count, dtype,
+  return start_collective("all_gather", send_count, dtype, CollectiveArgument::none(),
                           [=](Transport& t) { ring_all_gather(t, send, recv, send_count, dtype); });
 }
 
 void ThreadsCommunicator::broadcast(void* buffer, std::int64_t count, DType dtype, int root) {
   check_count(count, "broadcast", "count");
   check_peer(root, "broadcast (root)");
-  run_collective("broadcast", count, dtype,
+  run_collective("broadcast", count, dtype, CollectiveArgument::root(root),
                  [&](Transport& t) { tree_broadcast(t, buffer, count, dtype, root); });
 }
 
@@ -170,22 +170,23 @@ void ThreadsCommunicator::all_to_all(const void* send, void* recv, std::int64_t 
                                      DType dtype) {
   check_count(count_per_rank, "all_to_all", "count_per_rank");
   const std::vector<std::int64_t> counts(size(), count_per_rank);
-  run_collective("all_to_all", count_per_rank, dtype, [&](Transport& t) {
-    pairwise_all_to_all_v(t, send, counts, recv, counts, dtype);
-  });
+  run_collective(
+      "all_to_all", count_per_rank, dtype, CollectiveArgument::none(),
+      [&](Transport& t) { pairwise_all_to_all_v(t, send, counts, recv, counts, dtype); });
 }
 
 void ThreadsCommunicator::all_to_all_v(const void* send,
                                        const std::vector<std::int64_t>& send_counts, void* recv,
                                        const std::vector<std::int64_t>& recv_counts, DType dtype) {
   // The counts differ between ranks by design; each message's size is checked instead.
-  run_collective("all_to_all_v", -1, dtype, [&](Transport& t) {
+  run_collective("all_to_all_v", -1, dtype, CollectiveArgument::none(), [&](Transport& t) {
     pairwise_all_to_all_v(t, send, send_counts, recv, recv_counts, dtype);
   });
 }
 
 void ThreadsCommunicator::barrier() {
-  run_collective("barrier", 0, DType::Float32, [](Transport& t) { dissemination_barrier(t); });
+  run_collective("barrier", 0, DType::Float32, CollectiveArgument::none(),
+                 [](Transport& t) { dissemination_barrier(t); });
 }
 
 // ---- sub-groups --------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ std::unique_ptr<Communicator> ThreadsCommunicator::split(int color, int key,
   const std::int64_t base = rank_ == 0 ? static_cast<std::int64_t>(fabric_.reserve_contexts(n)) : 0;
   const std::int64_t mine[3] = {color, key, base};
   std::vector<std::int64_t> table(static_cast<std::size_t>(3 * n));
-  run_collective("split", 3, DType::Int64,
+  run_collective("split", 3, DType::Int64, CollectiveArgument::none(),
                  [&](Transport& t) { ring_all_gather(t, mine, table.data(), 3, DType::Int64); });
   if (color < 0) return nullptr;
 

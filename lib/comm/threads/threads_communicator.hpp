@@ -21,6 +21,24 @@
 
 namespace tinyscale::comm::threads {
 
+/// The one argument besides size and dtype that every rank of a collective must pass alike: the
+/// reduce op of a reduction or the root of a broadcast. Messages carry it, receivers compare it.
+struct CollectiveArgument {
+  const char* name = ""; ///< "reduce op", "root", or "" when the collective has neither
+  std::int64_t value = -1;
+
+  static CollectiveArgument none() { return {}; }
+  static CollectiveArgument reduce(ReduceOp op) {
+    return {"reduce op", static_cast<std::int64_t>(op)};
+  }
+  static CollectiveArgument root(int root) { return {"root", root}; }
+  /// `v` as a user wrote it: "sum", "max", or the root's number.
+  std::string format(std::int64_t v) const {
+    return std::string(name) == "reduce op" ? reduce_op_name(static_cast<ReduceOp>(v))
+                                            : std::to_string(v);
+  }
+};
+
 /// What a blocked receive was doing, for its timeout or abort Error.
 struct WaitContext {
   const char* op = "";        ///< "recv", "all_reduce", ...
@@ -91,8 +109,10 @@ public:
 private:
   // A collective's body, run with a transport bound to the collective's sequence number.
   using CollectiveBody = std::function<void(Transport&)>;
-  void run_collective(const char* op, std::int64_t count, DType dtype, const CollectiveBody& body);
-  WorkHandle start_collective(const char* op, std::int64_t count, DType dtype, CollectiveBody body);
+  void run_collective(const char* op, std::int64_t count, DType dtype, CollectiveArgument argument,
+                      const CollectiveBody& body);
+  WorkHandle start_collective(const char* op, std::int64_t count, DType dtype,
+                              CollectiveArgument argument, CollectiveBody body);
   void check_peer(int peer, const char* op) const;
 
   Fabric& fabric_;

@@ -12,14 +12,15 @@ namespace tinyscale::comm::threads {
 
 ThreadsTransport::ThreadsTransport(const ThreadsCommunicator& comm, std::uint64_t sequence,
                                    const char* op, std::int64_t collective_count, DType dtype,
-                                   std::chrono::milliseconds timeout)
+                                   CollectiveArgument argument, std::chrono::milliseconds timeout)
     : comm_(comm), sequence_(sequence), op_(op), collective_count_(collective_count), dtype_(dtype),
-      timeout_(timeout) {}
+      argument_(argument), timeout_(timeout) {}
 
 void ThreadsTransport::send(const void* buffer, std::int64_t count, DType dtype, int peer) {
   const MailboxKey key =
       comm_.key(comm_.rank(), peer, ChannelKind::Collective, static_cast<std::int64_t>(sequence_));
-  comm_.fabric().send(key, MessageHeader{op_, collective_count_, dtype, count}, buffer);
+  comm_.fabric().send(key, MessageHeader{op_, collective_count_, dtype, count, argument_.value},
+                      buffer);
 }
 
 void ThreadsTransport::recv(void* buffer, std::int64_t count, DType dtype, int peer) {
@@ -49,6 +50,13 @@ void ThreadsTransport::check_header(const MessageHeader& header, std::int64_t co
       (header.collective_count != collective_count_ || header.dtype != dtype_)) {
     throw_size_mismatch(comm_, op_, peer, header.collective_count, header.dtype, comm_.rank(),
                         collective_count_, dtype_);
+  }
+  if (header.argument != argument_.value) {
+    throw Error(detail::concat(op_, " on ", describe(comm_), ": ranks disagree on the ",
+                               argument_.name, ": rank ", peer, " passed ",
+                               argument_.format(header.argument), ", rank ", comm_.rank(),
+                               " passed ", argument_.format(argument_.value),
+                               ". Every rank must pass the same ", argument_.name, "."));
   }
   if (header.count != count || header.dtype != dtype) {
     throw_size_mismatch(comm_,

@@ -16,9 +16,11 @@ namespace tinyscale::comm::threads {
 class ThreadsTransport final : public Transport {
 public:
   /// `collective_count` and `dtype` are what this rank passed to the collective `op` (a string
-  /// literal); -1 for a collective whose counts legitimately differ between ranks.
+  /// literal); -1 for a collective whose counts legitimately differ between ranks. `argument` is
+  /// the reduce op or the root this rank passed (-1: the collective has neither); ranks must agree.
   ThreadsTransport(const ThreadsCommunicator& comm, std::uint64_t sequence, const char* op,
-                   std::int64_t collective_count, DType dtype, std::chrono::milliseconds timeout);
+                   std::int64_t collective_count, DType dtype, CollectiveArgument argument,
+                   std::chrono::milliseconds timeout);
 
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
@@ -36,6 +38,7 @@ private:
   const char* op_;
   std::int64_t collective_count_;
   DType dtype_;
+  CollectiveArgument argument_;
   std::chrono::milliseconds timeout_;
   const char* phase_ = "";
 };
