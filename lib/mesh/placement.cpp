@@ -46,7 +46,7 @@ std::string printf_string(const char* format, double value) {
 
 std::string seconds_text(double s) {
   if (s == 0) return "0";
-  if (s < 1e-3) return printf_string("%.1f us", s * 1e6);
+  if (s < 1e-3) return printf_string("%.3g us", s * 1e6);
   if (s < 1) return printf_string("%.3g ms", s * 1e3);
   return printf_string("%.3g s", s);
 }

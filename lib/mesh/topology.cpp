@@ -152,7 +152,8 @@ std::string Topology::describe() const {
     joins += (l ? ", " : "") + level.name + " joins " + std::to_string(level.fan_out) + " " +
              (l ? levels[l - 1].unit + "s" : std::string("devices")) + " into a " + level.unit;
   }
-  return sizes + " = " + std::to_string(device_count()) + " devices (" + joins + ")";
+  const std::string count = std::to_string(device_count()) + " devices (" + joins + ")";
+  return levels.size() > 1 ? sizes + " = " + count : count;
 }
 
 Topology parse_topology(std::string_view toml_text, const std::string& source) {

@@ -33,7 +33,8 @@ struct Topology {
   int level_joining(int a, int b) const;
   /// The index of the unit of `level` that holds `device` (level = levels.size()-1: always 0).
   int unit_of(int device, int level) const;
-  /// "8 x 4 = 32 devices (nvlink joins 8 devices into a node, infiniband 4 nodes)".
+  /// "8 x 4 = 32 devices (nvlink joins 8 devices into a node, infiniband joins 4 nodes into a
+  /// cluster)"; one level: "8 devices (...)".
   std::string describe() const;
 };
 

@@ -176,3 +176,9 @@ TEST_CASE("a file that is not TOML or not there is an error naming it", "[unit]"
   REQUIRE_THROWS_WITH(load_topology(topology_path("no-such-file.toml")),
                       Contains("no-such-file.toml"));
 }
+
+TEST_CASE("a one-level topology describes itself without a product", "[unit]") {
+  const Topology laptop = load_topology(topology_path("laptop.toml"));
+  CHECK(laptop.describe() == "8 devices (shared-memory joins 8 devices into a machine)");
+  CHECK(laptop.level_joining(0, 7) == 0);
+}
