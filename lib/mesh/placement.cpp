@@ -12,10 +12,10 @@ namespace tinyscale::mesh {
 
 namespace {
 
-// One group's slowest link: its level, and that level's bandwidth and latency.
+// The links one group's ring uses, as level indices (-1: a group of one rank uses none).
 struct Bottleneck {
-  int outermost = -1;
-  int slowest = -1;
+  int outermost = -1; ///< the outermost level crossed
+  int slowest = -1;   ///< the level of lowest bandwidth crossed (of highest latency on a tie)
 };
 
 Bottleneck bottleneck(const std::vector<int>& ranks, const Topology& topology) {
