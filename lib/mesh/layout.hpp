@@ -20,7 +20,8 @@ const char* axis_name(Axis axis);
 /// The axis named `name`; an unknown name is an Error listing the valid ones.
 Axis parse_axis(const std::string& name);
 
-/// The size of every axis; an axis left out has size 1. Example: MeshShape{.dp = 2, .tp = 4}.
+/// The size of every axis; an axis left out has size 1. Example: MeshShape{.dp = 2, .tp = 4}
+/// (C++ wants the designators in the declared order: dp, tp, pp, ep, cp).
 struct MeshShape {
   int dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
   int& operator[](Axis axis);
