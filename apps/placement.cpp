@@ -17,10 +17,8 @@ struct PlacementOptions {
   std::string order = mesh::kDefaultOrder;
   double message_mib = 256;
   std::vector<std::string> extra_groups;
-  bool all_ranks = false;
+  int rank_rows = 16;
 };
-
-constexpr int kRankRows = 16;
 
 void run_placement(const PlacementOptions& opt) {
   const mesh::Topology topology = mesh::load_topology(opt.topology);
@@ -40,10 +38,13 @@ void run_placement(const PlacementOptions& opt) {
     std::cout << "  " << level.name << ": " << level.bandwidth_gb_s << " GB/s per device per "
               << "direction, " << level.latency_us << " us\n";
   std::cout << "mesh: " << layout.describe() << "\n\n";
-  const int rows = opt.all_ranks ? layout.world_size() : kRankRows;
-  std::cout << mesh::format_rank_table(layout, topology, rows);
-  if (rows < layout.world_size()) std::cout << "(pass --all-ranks to print every rank)\n";
-  std::cout << "\n" << mesh::format_placement(report, topology);
+  if (opt.rank_rows > 0) {
+    std::cout << mesh::format_rank_table(layout, topology, opt.rank_rows);
+    if (opt.rank_rows < layout.world_size())
+      std::cout << "(pass --rank-rows " << layout.world_size() << " to print every rank)\n";
+    std::cout << "\n";
+  }
+  std::cout << mesh::format_placement(report, topology);
 }
 } // namespace
 
@@ -71,8 +72,10 @@ void add_placement(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--group", opt->extra_groups,
                   "Also report this axis combination, e.g. \"tp x cp\" (repeatable)");
-  cmd->add_flag("--all-ranks", opt->all_ranks,
-                "Print every rank's coordinates (default: the first 16)");
+  cmd->add_option("--rank-rows", opt->rank_rows,
+                  "Rows of the rank -> coordinates table (0 leaves the table out)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([opt] { run_placement(*opt); });
 }
 
