@@ -37,7 +37,7 @@ struct BenchCommOptions {
   std::int64_t max_bytes = 64 << 20;
   std::vector<std::string> ops{"all_reduce", "reduce_scatter", "all_gather",
                                "broadcast",  "all_to_all",     "send_recv"};
-  int iters = 0; // 0: as many as fit in about 50 ms, between 2 and 100
+  int iters = 0; // 0: as many as fit in about 100 ms, between 3 and 100
   std::string json;
 };
 
@@ -46,7 +46,8 @@ const std::vector<std::string> kOps{"all_reduce", "reduce_scatter", "all_gather"
 
 /// busbw / algbw for `op` on `n` ranks (nccl-tests, doc/PERFORMANCE.md; THEORY.md sec. 3).
 double bus_factor(const std::string& op, int n) {
-  if (op == "all_reduce" || op == "ring_all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "all_reduce" || op == "ring_all_reduce" || op == "MPI_Allreduce")
+    return 2.0 * (n - 1) / n;
   if (op == "reduce_scatter" || op == "all_gather" || op == "all_to_all")
     return static_cast<double>(n - 1) / n;
   return 1.0; // broadcast, send_recv
@@ -92,6 +93,13 @@ void call_op(comm::Communicator& c, const std::string& op, Buffers& buf, std::in
     auto& mpi = dynamic_cast<comm::MpiCommunicator&>(c);
     comm::ring_all_reduce(mpi.transport(), a, count, DType::Float32, comm::ReduceOp::Sum);
 #endif
+  } else if (op == "MPI_Allreduce") {
+#ifdef TINYSCALE_HAVE_MPI
+    // MPI's blocking all-reduce called directly: no deadline, MPI's tuned algorithm.
+    auto& mpi = dynamic_cast<comm::MpiCommunicator&>(c);
+    comm::check_mpi(MPI_Allreduce(a, b, static_cast<int>(count), MPI_FLOAT, MPI_SUM, mpi.handle()),
+                    "MPI_Allreduce");
+#endif
   }
 }
 
@@ -103,7 +111,7 @@ double max_over_ranks(comm::Communicator& c, double x) {
 }
 
 /// Times `op` at `bytes`: a warm-up call, then a barrier and `iters` timed calls; the slowest
-/// rank's mean. With iters == 0, as many calls as fit in about 50 ms (2 to 100).
+/// rank's mean. With iters == 0, as many calls as fit in about 100 ms (3 to 100).
 Row time_op(comm::Communicator& c, const std::string& op, Buffers& buf, std::int64_t bytes,
             int iters) {
   using clock = std::chrono::steady_clock;
@@ -112,7 +120,7 @@ Row time_op(comm::Communicator& c, const std::string& op, Buffers& buf, std::int
   call_op(c, op, buf, bytes);
   const double warm = max_over_ranks(c, std::chrono::duration<double>(clock::now() - t0).count());
   Row row{op, bytes, iters, 0, 0};
-  if (row.iters <= 0) row.iters = std::clamp(static_cast<int>(0.05 / std::max(warm, 1e-7)), 2, 100);
+  if (row.iters <= 0) row.iters = std::clamp(static_cast<int>(0.1 / std::max(warm, 1e-7)), 3, 100);
   c.barrier();
   t0 = clock::now();
   for (int i = 0; i < row.iters; ++i) call_op(c, op, buf, bytes);
@@ -155,29 +163,36 @@ void print_tables(const std::vector<Row>& rows, int n) {
   std::printf("| op | bytes | iters | time (us) | algbw (GB/s) | busbw (GB/s) | memcpy (GB/s) |\n"
               "|---|---|---|---|---|---|---|\n");
   for (const Row& row : rows) {
-    if (row.op == "ring_all_reduce") continue;
+    if (row.op == "ring_all_reduce" || row.op == "MPI_Allreduce") continue;
     const double algbw = gbps(row.bytes, row.seconds);
     std::printf("| %s | %s | %d | %.1f | %.2f | %.2f | %.2f |\n", row.op.c_str(),
                 human_bytes(row.bytes).c_str(), row.iters, row.seconds * 1e6, algbw,
                 algbw * bus_factor(row.op, n), gbps(row.bytes, row.memcpy_seconds));
   }
+  // Under MPI: the textbook ring against MPI's blocking MPI_Allreduce and the backend's all_reduce.
+  auto find = [&](const char* op, std::int64_t bytes) {
+    const auto it = std::find_if(rows.begin(), rows.end(),
+                                 [&](const Row& r) { return r.op == op && r.bytes == bytes; });
+    return it == rows.end() ? nullptr : &*it;
+  };
   bool header = false;
   for (const Row& ring : rows) {
     if (ring.op != "ring_all_reduce") continue;
-    const auto mpi = std::find_if(rows.begin(), rows.end(), [&](const Row& r) {
-      return r.op == "all_reduce" && r.bytes == ring.bytes;
-    });
-    if (mpi == rows.end()) continue;
+    const Row* raw = find("MPI_Allreduce", ring.bytes);
+    const Row* backend = find("all_reduce", ring.bytes);
+    if (!raw || !backend) continue;
     if (!header)
-      std::printf("\ntextbook ring all-reduce (comm/algorithms.hpp over MPI send/recv) against the "
-                  "mpi backend's all_reduce (MPI_Iallreduce)\n\n"
-                  "| bytes | all_reduce (us) | ring (us) | ring busbw (GB/s) | ring / all_reduce "
-                  "speed |\n|---|---|---|---|---|\n");
+      std::printf(
+          "\ntextbook ring all-reduce (comm/algorithms.hpp over MPI send/recv) against "
+          "MPI_Allreduce (blocking, called directly) and the mpi backend's all_reduce "
+          "(MPI_Iallreduce polled to a deadline); speed ratio = other time / ring time\n\n"
+          "| bytes | MPI_Allreduce (us) | all_reduce (us) | ring (us) | ring busbw (GB/s) "
+          "| ring vs MPI_Allreduce | ring vs all_reduce |\n|---|---|---|---|---|---|---|\n");
     header = true;
-    std::printf("| %s | %.1f | %.1f | %.2f | %.2f |\n", human_bytes(ring.bytes).c_str(),
-                mpi->seconds * 1e6, ring.seconds * 1e6,
-                gbps(ring.bytes, ring.seconds) * bus_factor(ring.op, n),
-                mpi->seconds / ring.seconds);
+    std::printf("| %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |\n",
+                human_bytes(ring.bytes).c_str(), raw->seconds * 1e6, backend->seconds * 1e6,
+                ring.seconds * 1e6, gbps(ring.bytes, ring.seconds) * bus_factor(ring.op, n),
+                raw->seconds / ring.seconds, backend->seconds / ring.seconds);
   }
 }
 
@@ -231,7 +246,8 @@ void run_bench_comm(const BenchCommOptions& opt) {
     const bool ring = backend == comm::Backend::Mpi &&
                       std::find(opt.ops.begin(), opt.ops.end(), "all_reduce") != opt.ops.end();
     if (world.rank() == 0) {
-      std::printf("%s%s\n", backend == comm::Backend::Mpi ? "mpirun -np N " : "", command.c_str());
+      if (backend == comm::Backend::Mpi) std::printf("mpirun -np %d ", n);
+      std::printf("%s\n", command.c_str());
       std::printf("machine: %s, %u hardware threads; backend %s, %d ranks%s; float32 buffers\n",
                   metrics::cpu_model_name().c_str(), std::thread::hardware_concurrency(),
                   world.backend(), n,
@@ -244,7 +260,10 @@ void run_bench_comm(const BenchCommOptions& opt) {
       world.barrier();
       const double copy = world.rank() == 0 ? time_memcpy(buf, bytes) : 0.0;
       std::vector<std::string> ops = opt.ops;
-      if (ring) ops.push_back("ring_all_reduce");
+      if (ring) {
+        ops.push_back("MPI_Allreduce");
+        ops.push_back("ring_all_reduce");
+      }
       for (const std::string& op : ops) {
         rows.push_back(time_op(world, op, buf, bytes, opt.iters));
         rows.back().memcpy_seconds = copy;
@@ -275,7 +294,7 @@ void add_bench_comm(CLI::App& bench) {
                   "Comma-separated: all_reduce,reduce_scatter,all_gather,"
                   "broadcast,all_to_all,send_recv")
       ->delimiter(',');
-  cmd->add_option("--iters", opt->iters, "Timed calls per row (0: as many as fit in ~50 ms)")
+  cmd->add_option("--iters", opt->iters, "Timed calls per row (0: as many as fit in ~100 ms)")
       ->capture_default_str();
   cmd->add_option("--json", opt->json, "Also write the rows to this JSON file");
   cmd->callback([opt] { run_bench_comm(*opt); });

@@ -4,13 +4,27 @@
 #pragma once
 
 #include "comm/mpi/mpi_communicator.hpp"
+#include "core/error.hpp"
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace tinyscale::test {
+
+/// Runs `operation` once and returns the message of the tinyscale::Error it throws. (Unlike
+/// REQUIRE_TS_ERROR, which runs its expression twice, this suits operations that consume a
+/// message or join a collective.)
+template <typename F> std::string error_message(F&& operation) {
+  try {
+    operation();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no tinyscale::Error was thrown)";
+}
 
 /// The MPI world with a deadline well below ctest's TIMEOUT, so a hang fails as an Error.
 inline std::unique_ptr<comm::MpiCommunicator>

@@ -47,16 +47,20 @@ int mpi_count(std::int64_t count, const char* op) {
 std::optional<int> poll_until(MPI_Request& request, Clock::time_point deadline,
                               MPI_Status& status) {
   using std::chrono::microseconds;
-  const Clock::time_point spin_until = Clock::now() + microseconds(50);
+  const Clock::time_point start = Clock::now();
   for (;;) {
     int done = 0;
     const int rc = MPI_Test(&request, &done, &status);
     if (done || rc != MPI_SUCCESS) return rc;
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return std::nullopt;
-    // Past the spin phase, give the core away: with more ranks than cores, the rank we wait for
-    // may need exactly this core to make progress.
-    if (now >= spin_until) std::this_thread::sleep_for(microseconds(50));
+    // Spin for 50 us, then yield the core to any runnable rank until 2 ms, then sleep: with more
+    // ranks than cores, the rank we wait for may need exactly this core to make progress.
+    if (now - start < microseconds(50)) continue;
+    if (now - start < microseconds(2000))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(microseconds(50));
   }
 }
 
