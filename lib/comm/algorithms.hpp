@@ -2,7 +2,7 @@
 // The threads backend runs its collectives through these; the mpi backend can run them too, so
 // `tinyscale bench comm` measures the ring all-reduce against MPI_Allreduce. Each function's
 // comment gives its alpha-beta cost (THEORY.md sec. 3: N ranks, M bytes per rank).
-// The easy thing to get wrong: counts need not divide by N; chunk_bounds() splits any count into
+// The easy thing to get wrong: counts need not divide by N; chunk_begin() splits any count into
 // N nearly equal chunks (some may be empty), and every rank must compute the same split.
 #pragma once
 
@@ -28,6 +28,9 @@ public:
   /// Sends to `dst` and receives from `src` at once; never deadlocks in a ring.
   virtual void send_recv(const void* send, std::int64_t send_count, int dst, void* recv,
                          std::int64_t recv_count, int src, DType dtype) = 0;
+  /// Names the phase the algorithm is in ("ring reduce-scatter"), for timeout messages; a
+  /// transport that does not report phases may ignore it.
+  virtual void set_phase(const char* phase) { (void)phase; }
 };
 
 /// Chunk i of a buffer of `count` elements split into `n` parts: [begin(i), begin(i+1)) with
@@ -40,8 +43,8 @@ std::int64_t chunk_begin(std::int64_t count, int n, int i);
 void ring_all_reduce(Transport& t, void* buffer, std::int64_t count, DType dtype, ReduceOp op);
 
 /// Ring reduce-scatter: `send` holds N blocks of `recv_count` elements; rank r ends with block r
-/// reduced over all ranks, in `recv`. Cost (N-1) alpha + (N-1)/N M beta (M = N * recv_count
-/// elements' bytes). In place when recv == send + r * recv_count.
+/// reduced over all ranks, in `recv` (Avg divided by N). Cost (N-1) alpha + (N-1)/N M beta (M = N *
+/// recv_count elements' bytes). In place when recv == send + r * recv_count.
 void ring_reduce_scatter(Transport& t, const void* send, void* recv, std::int64_t recv_count,
                          DType dtype, ReduceOp op);
 

@@ -1,0 +1,60 @@
+// The arithmetic of one reduction step (chapter 04): plain loops over typed pointers, which the
+// compiler vectorises. The easy thing to get wrong: Avg accumulates exactly like Sum; the one
+// division by the group size happens in finish_reduction, after every rank's value is in.
+#include "comm/reduce.hpp"
+
+#include "core/error.hpp"
+
+#include <algorithm>
+
+namespace tinyscale::comm {
+
+namespace {
+
+template <typename T>
+void reduce_typed(T* accumulator, const T* incoming, std::int64_t count, ReduceOp op) {
+  if (op == ReduceOp::Max) {
+    for (std::int64_t i = 0; i < count; ++i) accumulator[i] = std::max(accumulator[i], incoming[i]);
+  } else { // Sum and Avg
+    for (std::int64_t i = 0; i < count; ++i) accumulator[i] += incoming[i];
+  }
+}
+
+template <typename T> void divide_typed(T* buffer, std::int64_t count, int group_size) {
+  const T divisor = static_cast<T>(group_size);
+  for (std::int64_t i = 0; i < count; ++i) buffer[i] /= divisor;
+}
+
+} // namespace
+
+void reduce_into(void* accumulator, const void* incoming, std::int64_t count, DType dtype,
+                 ReduceOp op) {
+  switch (dtype) {
+  case DType::Float32:
+    reduce_typed(static_cast<float*>(accumulator), static_cast<const float*>(incoming), count, op);
+    return;
+  case DType::Float64:
+    reduce_typed(static_cast<double*>(accumulator), static_cast<const double*>(incoming), count,
+                 op);
+    return;
+  case DType::Int64:
+    reduce_typed(static_cast<std::int64_t*>(accumulator),
+                 static_cast<const std::int64_t*>(incoming), count, op);
+    return;
+  }
+}
+
+void finish_reduction(void* buffer, std::int64_t count, DType dtype, ReduceOp op, int group_size) {
+  if (op != ReduceOp::Avg) return;
+  check_reducible(dtype, op, "finish_reduction");
+  if (dtype == DType::Float32) divide_typed(static_cast<float*>(buffer), count, group_size);
+  if (dtype == DType::Float64) divide_typed(static_cast<double*>(buffer), count, group_size);
+}
+
+void check_reducible(DType dtype, ReduceOp op, const char* op_name) {
+  TS_CHECK(op != ReduceOp::Avg || is_floating(dtype), op_name,
+           ": expected a floating dtype (float32 or float64) for ReduceOp::Avg, found ",
+           dtype_name(dtype), "; reduce with Sum and divide yourself, or convert to float first");
+}
+
+} // namespace tinyscale::comm

@@ -1,0 +1,84 @@
+// Asynchronous operations of the threads backend (chapter 04: overlapping the gradient all-reduce
+// with backward). Each communicator owns one worker thread that runs its async collectives in the
+// order they were issued, while the caller keeps computing; a handle waits on a Completion.
+// The easy thing to get wrong: the sequence number is taken when the op is issued, on the
+// caller's thread, so every rank numbers its collectives the same way whatever the worker does.
+#pragma once
+
+#include "comm/communicator.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace tinyscale::comm::threads {
+
+/// The finished-or-not state of one operation, shared by its handle and the thread running it.
+class Completion {
+public:
+  /// Marks the operation finished, with its error or nullptr, and wakes the waiters.
+  void finish(std::exception_ptr error);
+  /// True once finish() was called (never blocks).
+  bool done() const;
+  /// Waits until finished or until `deadline`; returns done().
+  bool wait_until(std::chrono::steady_clock::time_point deadline);
+  /// Rethrows the operation's error, if it had one.
+  void rethrow_error() const;
+
+private:
+  mutable std::mutex mutex_;
+  std::condition_variable finished_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+/// The handle of an operation that runs on a worker thread.
+class TaskWork final : public Work {
+public:
+  /// `comm` and `op` name the operation in a timeout Error; `comm` must outlive the handle.
+  TaskWork(std::shared_ptr<Completion> completion, const Communicator& comm, std::string op,
+           std::chrono::milliseconds timeout);
+  void wait() override;
+  bool is_completed() override { return completion_->done(); }
+
+private:
+  std::shared_ptr<Completion> completion_;
+  const Communicator& comm_;
+  std::string op_;
+  std::chrono::milliseconds timeout_;
+};
+
+/// The handle of an operation that finished when it was issued (an eager send).
+class CompletedWork final : public Work {
+public:
+  void wait() override {}
+  bool is_completed() override { return true; }
+};
+
+/// One thread that runs submitted tasks in FIFO order; the destructor runs what is left and joins.
+class AsyncWorker {
+public:
+  AsyncWorker();
+  ~AsyncWorker();
+  AsyncWorker(const AsyncWorker&) = delete;
+  AsyncWorker& operator=(const AsyncWorker&) = delete;
+  /// Queues `task`, which must not throw (it reports through its Completion).
+  void submit(std::function<void()> task);
+
+private:
+  void run();
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::thread thread_; // last: it starts after the members it uses exist
+};
+
+} // namespace tinyscale::comm::threads

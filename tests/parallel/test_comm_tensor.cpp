@@ -1,0 +1,164 @@
+// The tensor-level collectives (chapter 04 onwards): shapes in and out, values against a
+// sequential reference, and the errors for shapes that do not split and dtypes that disagree.
+#include "rank_checks.hpp"
+
+#include "comm/launch.hpp"
+#include "comm/tensor_comm.hpp"
+#include "require_ts_error.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <vector>
+
+using namespace tinyscale;
+using namespace tinyscale::comm;
+using namespace tinyscale::comm::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Rank `rank`'s [rows, 3] tensor of small integers (exact in float32).
+Tensor rank_tensor(int rank, std::int64_t rows, DType dtype = DType::Float32) {
+  return Tensor::from_vector(rank_data<double>(rank, rows * 3), Shape{rows, 3}, dtype);
+}
+
+void expect_tensor(const Tensor& got, const Shape& shape, const std::vector<double>& want,
+                   const std::string& what) {
+  TS_CHECK(got.shape() == shape, what, ": expected shape ", shape.str(), ", found ",
+           got.shape().str());
+  expect_equal(got.to_vector(), want, what);
+}
+
+} // namespace
+
+TEST_CASE("tensor collectives return the right shapes and values", "[comm][threads]") {
+  REQUIRE_NOTHROW(run_threads(
+      3,
+      [](Communicator& comm) {
+        const int n = comm.size(), r = comm.rank();
+        std::vector<double> sum(6 * 3, 0.0), gathered, from_all;
+        for (int i = 0; i < n; ++i) {
+          const std::vector<double> t = rank_data<double>(i, 6 * 3);
+          for (std::size_t k = 0; k < t.size(); ++k) sum[k] += t[k];
+        }
+
+        Tensor t = rank_tensor(r, 6);
+        all_reduce(comm, t);
+        expect_tensor(t, Shape{6, 3}, sum, "all_reduce");
+
+        Tensor u = rank_tensor(r, 6, DType::Float64);
+        WorkHandle w = all_reduce_async(comm, u, ReduceOp::Avg);
+        w->wait();
+        std::vector<double> avg = sum;
+        for (double& v : avg) v /= n;
+        expect_tensor(u, Shape{6, 3}, avg, "all_reduce_async avg");
+
+        Tensor shard = reduce_scatter(comm, rank_tensor(r, 6));
+        expect_tensor(shard, Shape{2, 3},
+                      std::vector<double>(sum.begin() + r * 6, sum.begin() + r * 6 + 6),
+                      "reduce_scatter");
+
+        Tensor full = all_gather(comm, rank_tensor(r, 2));
+        for (int i = 0; i < n; ++i) {
+          const std::vector<double> b = rank_data<double>(i, 2 * 3);
+          gathered.insert(gathered.end(), b.begin(), b.end());
+        }
+        expect_tensor(full, Shape{6, 3}, gathered, "all_gather");
+
+        Tensor b = rank_tensor(r, 2, DType::Int64);
+        broadcast(comm, b, 1);
+        expect_tensor(b, Shape{2, 3}, rank_data<double>(1, 6), "broadcast");
+
+        // all_to_all: block j (one row) of rank i goes to rank j's block i.
+        Tensor a = all_to_all(comm, rank_tensor(r, 3));
+        for (int i = 0; i < n; ++i) {
+          const std::vector<double> rows = rank_data<double>(i, 9);
+          from_all.insert(from_all.end(), rows.begin() + r * 3, rows.begin() + r * 3 + 3);
+        }
+        expect_tensor(a, Shape{3, 3}, from_all, "all_to_all");
+
+        // all_to_all_v: rank i sends i rows to every rank (rank 0 sends nothing).
+        Tensor v = all_to_all_v(comm, rank_tensor(r, r * n), std::vector<std::int64_t>(n, r),
+                                std::vector<std::int64_t>{0, 1, 2});
+        std::vector<double> want_v;
+        for (int i = 0; i < n; ++i) {
+          const std::vector<double> rows = rank_data<double>(i, i * n * 3);
+          want_v.insert(want_v.end(), rows.begin() + r * i * 3, rows.begin() + (r + 1) * i * 3);
+        }
+        expect_tensor(v, Shape{3, 3}, want_v, "all_to_all_v");
+      },
+      test_options()));
+}
+
+TEST_CASE("tensor send, recv, isend and irecv move whole tensors", "[comm][threads]") {
+  REQUIRE_NOTHROW(run_threads(
+      2,
+      [](Communicator& comm) {
+        if (comm.rank() == 0) {
+          send(comm, rank_tensor(0, 4), 1, 5);
+          WorkHandle w = isend(comm, rank_tensor(7, 2), 1); // the handle keeps the tensor alive
+          w->wait();
+        } else {
+          Tensor t = Tensor::zeros(Shape{4, 3});
+          recv(comm, t, 0, 5);
+          expect_tensor(t, Shape{4, 3}, rank_data<double>(0, 12), "recv");
+          Tensor u = Tensor::zeros(Shape{2, 3});
+          WorkHandle w = irecv(comm, u, 0);
+          w->wait();
+          expect_tensor(u, Shape{2, 3}, rank_data<double>(7, 6), "irecv");
+        }
+      },
+      test_options()));
+}
+
+TEST_CASE("tensor collectives reject a dimension 0 that does not divide by N", "[comm][threads]") {
+  REQUIRE_TS_ERROR(
+      run_threads(
+          2, [](Communicator& comm) { reduce_scatter(comm, rank_tensor(0, 5)); }, test_options()),
+      Contains("reduce_scatter: expected dimension 0 of [5, 3] to divide by the "
+               "group size 2") &&
+          Contains("found 5 % 2 = 1"));
+  REQUIRE_TS_ERROR(
+      run_threads(
+          3, [](Communicator& comm) { all_to_all(comm, rank_tensor(0, 4)); }, test_options()),
+      Contains("all_to_all: expected dimension 0 of [4, 3] to divide by the group size 3"));
+  REQUIRE_TS_ERROR(run_threads(
+                       2,
+                       [](Communicator& comm) {
+                         all_to_all_v(comm, rank_tensor(0, 4), {1, 2}, {1, 2});
+                       },
+                       test_options()),
+                   Contains("expected send_rows to sum to dimension 0 of [4, 3] (4), found 3"));
+}
+
+TEST_CASE("tensor collectives name both dtypes when ranks disagree, and reject bad tensors",
+          "[comm][threads]") {
+  REQUIRE_TS_ERROR(run_threads(
+                       2,
+                       [](Communicator& comm) {
+                         Tensor t =
+                             rank_tensor(0, 2, comm.rank() == 0 ? DType::Float32 : DType::Float64);
+                         all_reduce(comm, t);
+                       },
+                       test_options()),
+                   Contains("ranks disagree") && Contains("passed 6 float32 elements") &&
+                       Contains("passed 6 float64 elements"));
+  REQUIRE_TS_ERROR(run_threads(
+                       1,
+                       [](Communicator& comm) {
+                         Tensor ids = rank_tensor(0, 2, DType::Int64);
+                         all_reduce(comm, ids, ReduceOp::Avg);
+                       },
+                       test_options()),
+                   Contains("expected a floating dtype (float32 or float64) for ReduceOp::Avg, "
+                            "found int64"));
+  REQUIRE_TS_ERROR(run_threads(
+                       1,
+                       [](Communicator& comm) {
+                         Tensor missing;
+                         broadcast(comm, missing, 0);
+                       },
+                       test_options()),
+                   Contains("broadcast: expected a defined tensor"));
+}
