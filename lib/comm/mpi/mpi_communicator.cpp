@@ -7,6 +7,7 @@
 #include "comm/mpi/mpi_communicator.hpp"
 
 #include "comm/mpi/mpi_runtime.hpp"
+#include "comm/reduce.hpp"
 #include "comm/size_check.hpp"
 #include "core/error.hpp"
 
@@ -16,25 +17,6 @@
 namespace tinyscale::comm {
 
 namespace {
-
-/// Throws unless `op` can reduce `dtype`: Avg needs floating point.
-void check_reducible_mpi(DType dtype, ReduceOp op, const char* op_name) {
-  TS_CHECK(op != ReduceOp::Avg || is_floating(dtype), op_name,
-           ": expected a floating dtype for avg, found ", dtype_name(dtype),
-           "; reduce int64 with sum and divide yourself");
-}
-
-/// buffer[i] /= n for an Avg; nothing for Sum and Max.
-void finish_average(void* buffer, std::int64_t count, DType dtype, ReduceOp op, int n) {
-  if (op != ReduceOp::Avg) return;
-  if (dtype == DType::Float32) {
-    auto* x = static_cast<float*>(buffer);
-    for (std::int64_t i = 0; i < count; ++i) x[i] /= static_cast<float>(n);
-  } else {
-    auto* x = static_cast<double*>(buffer);
-    for (std::int64_t i = 0; i < count; ++i) x[i] /= static_cast<double>(n);
-  }
-}
 
 const char* at(const void* base, std::int64_t elements, DType dtype) {
   return static_cast<const char*>(base) + elements * static_cast<std::int64_t>(dtype_size(dtype));
@@ -111,7 +93,7 @@ void MpiCommunicator::check_call(const std::string& op,
 
 WorkHandle MpiCommunicator::all_reduce_async(const void* send, void* recv, std::int64_t count,
                                              DType dtype, ReduceOp op) {
-  check_reducible_mpi(dtype, op, "all_reduce");
+  check_reducible(dtype, op, "all_reduce");
   const int n = mpi_count(count, "all_reduce");
   check_call("all_reduce", call_signature(size_, CollectiveKind::AllReduce, op, dtype, count));
   MPI_Request request;
@@ -119,8 +101,9 @@ WorkHandle MpiCommunicator::all_reduce_async(const void* send, void* recv, std::
                            mpi_op(op), comm_, &request),
             "MPI_Iallreduce");
   const int group = size_;
-  return collective_work("all_reduce", request,
-                         [=](const MPI_Status&) { finish_average(recv, count, dtype, op, group); });
+  return collective_work("all_reduce", request, [=](const MPI_Status&) {
+    finish_reduction(recv, count, dtype, op, group);
+  });
 }
 
 void MpiCommunicator::all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
@@ -133,7 +116,7 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::int64_t coun
 WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv,
                                                  std::int64_t recv_count, DType dtype,
                                                  ReduceOp op) {
-  check_reducible_mpi(dtype, op, "reduce_scatter");
+  check_reducible(dtype, op, "reduce_scatter");
   const int n = mpi_count(recv_count, "reduce_scatter");
   mpi_count(recv_count * size_, "reduce_scatter (the whole send buffer)");
   check_call("reduce_scatter",
@@ -150,7 +133,7 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv,
   const int group = size_;
   return collective_work("reduce_scatter", request, [=](const MPI_Status&) {
     if (in_place && bytes > 0) std::memcpy(recv, scratch->data(), bytes);
-    finish_average(recv, recv_count, dtype, op, group);
+    finish_reduction(recv, recv_count, dtype, op, group);
   });
 }
 

@@ -104,9 +104,15 @@ public:
   void recv(void* buffer, std::int64_t count, DType dtype, int peer) override;
   void send_recv(const void* send, std::int64_t send_count, int dst, void* recv,
                  std::int64_t recv_count, int src, DType dtype) override;
+  /// Names the algorithm's phase in timeout messages ("ring all-gather send timed out ...").
+  void set_phase(const char* phase) override { phase_ = phase ? phase : "transport"; }
 
 private:
+  /// "ring all-gather send": the phase and the operation, for messages.
+  std::string op_name(const char* op) const;
+
   MPI_Comm comm_;
+  std::string phase_ = "transport";
   const Communicator& owner_;
 };
 

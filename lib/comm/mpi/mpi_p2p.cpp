@@ -86,12 +86,14 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const s
 
 MpiTransport::MpiTransport(MPI_Comm comm, const Communicator& owner) : comm_(comm), owner_(owner) {}
 
+std::string MpiTransport::op_name(const char* op) const { return phase_ + " " + op; }
+
 void MpiTransport::send(const void* buffer, std::int64_t count, DType dtype, int peer) {
   MPI_Request request;
   check_mpi(MPI_Isend(buffer, mpi_count(count, "transport send"), mpi_datatype(dtype), peer,
                       kAlgorithmTag, comm_, &request),
             "MPI_Isend");
-  MpiWork(owner_, "transport send", peer, -1, MpiWork::Kind::Send, request).wait();
+  MpiWork(owner_, op_name("send"), peer, -1, MpiWork::Kind::Send, request).wait();
 }
 
 void MpiTransport::recv(void* buffer, std::int64_t count, DType dtype, int peer) {
@@ -99,8 +101,8 @@ void MpiTransport::recv(void* buffer, std::int64_t count, DType dtype, int peer)
   check_mpi(MPI_Irecv(buffer, mpi_count(count, "transport recv"), mpi_datatype(dtype), peer,
                       kAlgorithmTag, comm_, &request),
             "MPI_Irecv");
-  MpiWork(owner_, "transport recv", peer, -1, MpiWork::Kind::Recv, request,
-          check_received(owner_, "transport recv", count, dtype, peer, -1))
+  MpiWork(owner_, op_name("recv"), peer, -1, MpiWork::Kind::Recv, request,
+          check_received(owner_, op_name("recv"), count, dtype, peer, -1))
       .wait();
 }
 
@@ -111,12 +113,12 @@ void MpiTransport::send_recv(const void* send, std::int64_t send_count, int dst,
   check_mpi(MPI_Irecv(recv, mpi_count(recv_count, "transport recv"), mpi_datatype(dtype), src,
                       kAlgorithmTag, comm_, &recv_request),
             "MPI_Irecv");
-  MpiWork received(owner_, "transport recv", src, -1, MpiWork::Kind::Recv, recv_request,
-                   check_received(owner_, "transport recv", recv_count, dtype, src, -1));
+  MpiWork received(owner_, op_name("recv"), src, -1, MpiWork::Kind::Recv, recv_request,
+                   check_received(owner_, op_name("recv"), recv_count, dtype, src, -1));
   check_mpi(MPI_Isend(send, mpi_count(send_count, "transport send"), mpi_datatype(dtype), dst,
                       kAlgorithmTag, comm_, &send_request),
             "MPI_Isend");
-  MpiWork sent(owner_, "transport send", dst, -1, MpiWork::Kind::Send, send_request);
+  MpiWork sent(owner_, op_name("send"), dst, -1, MpiWork::Kind::Send, send_request);
   received.wait();
   sent.wait();
 }

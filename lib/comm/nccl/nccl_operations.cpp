@@ -8,6 +8,7 @@
 #include "comm/nccl/nccl_communicator.hpp"
 
 #include "comm/nccl/nccl_work.hpp"
+#include "comm/reduce.hpp"
 #include "comm/size_check.hpp"
 #include "core/error.hpp"
 
@@ -22,12 +23,6 @@ std::size_t to_size(std::int64_t count, const char* op) {
 
 const char* at(const void* base, std::int64_t elements, DType dtype) {
   return static_cast<const char*>(base) + elements * static_cast<std::int64_t>(dtype_size(dtype));
-}
-
-void check_reducible_nccl(DType dtype, ReduceOp op, const char* op_name) {
-  TS_CHECK(op != ReduceOp::Avg || is_floating(dtype), op_name,
-           ": expected a floating dtype for avg, found ", dtype_name(dtype),
-           "; reduce int64 with sum and divide yourself");
 }
 
 /// Ends an NCCL group even when a call inside it throws (a group left open breaks every later
@@ -56,7 +51,7 @@ private:
 
 WorkHandle NcclCommunicator::all_reduce_async(const void* send, void* recv, std::int64_t count,
                                               DType dtype, ReduceOp op) {
-  check_reducible_nccl(dtype, op, "all_reduce");
+  check_reducible(dtype, op, "all_reduce");
   check_call("all_reduce", call_signature(size_, CollectiveKind::AllReduce, op, dtype, count));
   enter("all_reduce");
   if (to_size(count, "all_reduce") > 0)
@@ -74,7 +69,7 @@ void NcclCommunicator::all_reduce(const void* send, void* recv, std::int64_t cou
 WorkHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv,
                                                   std::int64_t recv_count, DType dtype,
                                                   ReduceOp op) {
-  check_reducible_nccl(dtype, op, "reduce_scatter");
+  check_reducible(dtype, op, "reduce_scatter");
   check_call("reduce_scatter",
              call_signature(size_, CollectiveKind::ReduceScatter, op, dtype, recv_count));
   enter("reduce_scatter");
