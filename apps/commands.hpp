@@ -7,6 +7,8 @@ namespace tinyscale::app {
 
 /// Adds `bench ops`: matmul forward+backward through the tensor layer against raw Eigen GEMM.
 void add_bench_ops(CLI::App& bench);
+/// Adds `bench comm`: collective time, algbw and busbw per message size, beside memcpy.
+void add_bench_comm(CLI::App& bench);
 /// Adds `bench peak`: measures and caches this CPU's float32 GEMM peak (the MFU denominator).
 void add_bench_peak(CLI::App& bench);
 /// Adds `info`: what this build contains and which devices it sees.

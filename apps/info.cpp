@@ -1,11 +1,24 @@
 // `tinyscale info`: the build's configuration and the devices this process can see.
+#include "comm/launch.hpp"
 #include "commands.hpp"
 #include "core/device_query.hpp"
+#include "core/error.hpp"
 
 #include <Eigen/Core>
 #include <iostream>
 
 namespace tinyscale::app {
+
+namespace {
+/// What `--backend auto` means in this process, or why it cannot run.
+std::string auto_backend() {
+  try {
+    return comm::backend_name(comm::resolve_backend(comm::Backend::Auto));
+  } catch (const Error& e) {
+    return std::string("none: ") + e.what();
+  }
+}
+} // namespace
 
 void add_info(CLI::App& app) {
   auto* info = app.add_subcommand("info", "Print what this build contains and the devices it sees");
@@ -14,7 +27,12 @@ void add_info(CLI::App& app) {
               << "0.1.0\n"
               << "  CPU backend: Eigen " << EIGEN_WORLD_VERSION << "." << EIGEN_MAJOR_VERSION << "."
               << EIGEN_MINOR_VERSION << ", one thread per rank\n"
-              << "  CUDA kernels compiled: " << (cuda_compiled() ? "yes" : "no") << "\n";
+              << "  CUDA kernels compiled: " << (cuda_compiled() ? "yes" : "no") << "\n"
+              << "  communication backends: threads"
+              << (comm::built_with_mpi() ? ", mpi" : ", mpi not built (no Open MPI found)")
+              << (comm::built_with_nccl() ? ", nccl" : ", nccl not built (no NCCL found)") << "\n"
+              << "  launched by mpirun: " << (comm::launched_by_mpirun() ? "yes" : "no")
+              << " (backend auto = " << auto_backend() << ")\n";
     auto devices = cuda_devices();
     if (devices.empty())
       std::cout << "  CUDA devices: none (" << cuda_unavailable_reason() << ")\n";

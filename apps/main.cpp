@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "Benchmarks that print a table (see README)");
   bench->require_subcommand(1);
   tinyscale::app::add_bench_ops(*bench);
+  tinyscale::app::add_bench_comm(*bench);
   tinyscale::app::add_bench_peak(*bench);
   tinyscale::app::add_bench_train(*bench);
   tinyscale::app::add_train(app);

@@ -1,0 +1,130 @@
+// Starting ranks (chapters 00, 04): backend names, what this build contains, whether mpirun
+// started us, and run_world(), which turns a backend choice into a world communicator.
+// Compiled in every build; the mpi and nccl parts sit behind TINYSCALE_HAVE_MPI / _NCCL, so a
+// build without them still links and `--backend mpi` there is an Error that says how to get it.
+// (run_threads, the threads launcher, lives with the threads backend.)
+#include "comm/launch.hpp"
+
+#include "core/error.hpp"
+
+#include <cstdlib>
+#include <memory>
+
+#ifdef TINYSCALE_HAVE_MPI
+#include "comm/mpi/mpi_communicator.hpp"
+#include "comm/mpi/mpi_runtime.hpp"
+#endif
+#ifdef TINYSCALE_HAVE_NCCL
+#include "comm/nccl/nccl_communicator.hpp"
+#endif
+
+namespace tinyscale::comm {
+
+const char* backend_name(Backend backend) {
+  switch (backend) {
+  case Backend::Auto: return "auto";
+  case Backend::Threads: return "threads";
+  case Backend::Mpi: return "mpi";
+  case Backend::Nccl: return "nccl";
+  }
+  return "unknown";
+}
+
+Backend parse_backend(const std::string& name) {
+  for (Backend b : {Backend::Auto, Backend::Threads, Backend::Mpi, Backend::Nccl})
+    if (name == backend_name(b)) return b;
+  throw Error(detail::concat("unknown communication backend '", name,
+                             "': expected one of auto, threads, mpi, nccl"));
+}
+
+bool built_with_mpi() {
+#ifdef TINYSCALE_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool built_with_nccl() {
+#ifdef TINYSCALE_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool launched_by_mpirun() {
+  // Open MPI sets OMPI_COMM_WORLD_*; MPICH's hydra and Intel MPI set PMI_*; PMIx launchers
+  // (Open MPI 4+, Slurm's srun --mpi=pmix) set PMIX_RANK; MVAPICH sets MV2_COMM_WORLD_*.
+  for (const char* variable :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"})
+    if (std::getenv(variable) != nullptr) return true;
+  return false;
+}
+
+namespace {
+
+/// The Error for a backend this build does not contain.
+[[noreturn]] void throw_not_built(const char* backend, const char* library, const char* option) {
+  throw Error(detail::concat("the ", backend, " backend is not in this build: ", library,
+                             " was not found when CMake configured it. Install it (scripts/setup "
+                             "does) and reconfigure, e.g. `cmake --preset default -D",
+                             option, "=ON`, which fails loudly if it is still missing"));
+}
+
+} // namespace
+
+Backend resolve_backend(Backend backend) {
+  if (backend == Backend::Auto) {
+    if (!launched_by_mpirun()) return Backend::Threads;
+    if (built_with_mpi()) return Backend::Mpi;
+    throw Error("this process was started by mpirun, but this build has no mpi backend, so every "
+                "process would run a world of its own; rebuild with MPI (scripts/setup, then "
+                "reconfigure with -DTINYSCALE_MPI=ON) or run without mpirun, "
+                "--backend threads");
+  }
+  if (backend == Backend::Mpi && !built_with_mpi())
+    throw_not_built("mpi", "Open MPI", "TINYSCALE_MPI");
+  if (backend == Backend::Nccl && !built_with_nccl())
+    throw_not_built("nccl", "NCCL with the CUDA runtime", "TINYSCALE_NCCL");
+  return backend;
+}
+
+void run_world(Backend backend, int threads_world_size, const RankFunction& fn,
+               const CommOptions& options) {
+  backend = resolve_backend(backend);
+  if (backend == Backend::Threads) {
+    run_threads(threads_world_size, fn, options);
+    return;
+  }
+#ifdef TINYSCALE_HAVE_MPI
+  // Initialise MPI here unless the program already did (an MpiRuntime lives).
+  std::unique_ptr<MpiRuntime> runtime;
+  if (MpiRuntime::live() == nullptr) runtime = std::make_unique<MpiRuntime>();
+  // The world communicator dies before the runtime that finalises MPI.
+  std::unique_ptr<MpiCommunicator> world = MpiCommunicator::world(options);
+  if (backend == Backend::Mpi) {
+    fn(*world);
+    return;
+  }
+#ifdef TINYSCALE_HAVE_NCCL
+  NcclCommunicator nccl(world.get(), "world", options);
+  fn(nccl);
+  return;
+#endif
+#else
+#ifdef TINYSCALE_HAVE_NCCL
+  // NCCL without MPI: one process, one GPU.
+  TS_CHECK(!launched_by_mpirun(), "the nccl backend needs MPI to start several processes (it "
+                                  "broadcasts NCCL's unique id over MPI), and this build has no "
+                                  "MPI; rebuild with MPI (scripts/setup) or run one process");
+  NcclCommunicator nccl(nullptr, "world", options);
+  fn(nccl);
+  return;
+#endif
+#endif
+  throw Error(
+      detail::concat("run_world: backend ", backend_name(backend), " is not in this build"));
+}
+
+} // namespace tinyscale::comm

@@ -1,0 +1,226 @@
+// MpiCommunicator: identity and the collectives, each one MPI nonblocking collective waited on
+// with a deadline (chapter 04). How the in-place conventions of communicator.hpp map onto MPI:
+//   all_reduce      send == recv                   -> MPI_IN_PLACE as the send buffer
+//   all_gather      send == recv + rank * count    -> MPI_IN_PLACE (MPI reads block `rank`)
+//   reduce_scatter  recv == send + rank * count    -> NOT MPI_IN_PLACE: that would leave the result
+//                   in block 0, so we reduce into a scratch block and copy it to block `rank`.
+#include "comm/mpi/mpi_communicator.hpp"
+
+#include "comm/mpi/mpi_runtime.hpp"
+#include "comm/reduce.hpp"
+#include "comm/size_check.hpp"
+#include "core/error.hpp"
+
+#include <cstring>
+#include <memory>
+
+namespace tinyscale::comm {
+
+namespace {
+
+const char* at(const void* base, std::int64_t elements, DType dtype) {
+  return static_cast<const char*>(base) + elements * static_cast<std::int64_t>(dtype_size(dtype));
+}
+
+} // namespace
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::world(const CommOptions& options) {
+  TS_CHECK(MpiRuntime::live() != nullptr,
+           "MpiCommunicator::world: expected a live MpiRuntime, found none; create one in main() "
+           "or start the ranks with run_world(Backend::Mpi, ...)");
+  MPI_Comm dup = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
+  return std::make_unique<MpiCommunicator>(dup, "world", options);
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, const CommOptions& options)
+    : comm_(comm), name_(std::move(name)), options_(options) {
+  check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  // World rank of every group rank, for messages and traces.
+  MPI_Group group, world_group;
+  check_mpi(MPI_Comm_group(comm_, &group), "MPI_Comm_group");
+  check_mpi(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group");
+  std::vector<int> group_ranks(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) group_ranks[static_cast<std::size_t>(r)] = r;
+  world_ranks_.resize(group_ranks.size());
+  check_mpi(
+      MPI_Group_translate_ranks(group, size_, group_ranks.data(), world_group, world_ranks_.data()),
+      "MPI_Group_translate_ranks");
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  check_mpi(MPI_Comm_dup(comm_, &algorithm_comm_), "MPI_Comm_dup");
+  transport_ = std::make_unique<MpiTransport>(algorithm_comm_, *this);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return; // the MpiRuntime died first; nothing left to free
+  MPI_Comm_free(&algorithm_comm_);
+  MPI_Comm_free(&comm_);
+}
+
+int MpiCommunicator::world_rank(int group_rank) const {
+  TS_CHECK(group_rank >= 0 && group_rank < size_, "world_rank: expected a rank in [0, ", size_,
+           ") of ", name_, ", found ", group_rank);
+  return world_ranks_[static_cast<std::size_t>(group_rank)];
+}
+
+Transport& MpiCommunicator::transport() { return *transport_; }
+
+WorkHandle MpiCommunicator::collective_work(const char* op, MPI_Request request,
+                                            MpiWork::Finish finish) {
+  return std::make_unique<MpiWork>(*this, op, -1, -1, MpiWork::Kind::Collective, request,
+                                   std::move(finish));
+}
+
+void MpiCommunicator::check_call(const std::string& op,
+                                 const std::vector<std::int64_t>& signature) {
+  if (!options_.check_sizes) return;
+  std::vector<std::int64_t> gathered(signature.size() * static_cast<std::size_t>(size_));
+  MPI_Request request;
+  check_mpi(MPI_Iallgather(signature.data(), static_cast<int>(signature.size()), MPI_INT64_T,
+                           gathered.data(), static_cast<int>(signature.size()), MPI_INT64_T, comm_,
+                           &request),
+            "MPI_Iallgather");
+  MpiWork(*this, op + " (checking sizes)", -1, -1, MpiWork::Kind::Collective, request).wait();
+  check_signatures(*this, op, gathered);
+}
+
+// ---- all_reduce ------------------------------------------------------------------------------
+
+WorkHandle MpiCommunicator::all_reduce_async(const void* send, void* recv, std::int64_t count,
+                                             DType dtype, ReduceOp op) {
+  check_reducible(dtype, op, "all_reduce");
+  const int n = mpi_count(count, "all_reduce");
+  check_call("all_reduce", call_signature(size_, CollectiveKind::AllReduce, op, dtype, count));
+  MPI_Request request;
+  check_mpi(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, mpi_datatype(dtype),
+                           mpi_op(op), comm_, &request),
+            "MPI_Iallreduce");
+  const int group = size_;
+  return collective_work("all_reduce", request, [=](const MPI_Status&) {
+    finish_reduction(recv, count, dtype, op, group);
+  });
+}
+
+void MpiCommunicator::all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
+                                 ReduceOp op) {
+  all_reduce_async(send, recv, count, dtype, op)->wait();
+}
+
+// ---- reduce_scatter --------------------------------------------------------------------------
+
+WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv,
+                                                 std::int64_t recv_count, DType dtype,
+                                                 ReduceOp op) {
+  check_reducible(dtype, op, "reduce_scatter");
+  const int n = mpi_count(recv_count, "reduce_scatter");
+  mpi_count(recv_count * size_, "reduce_scatter (the whole send buffer)");
+  check_call("reduce_scatter",
+             call_signature(size_, CollectiveKind::ReduceScatter, op, dtype, recv_count));
+  const bool in_place = at(send, static_cast<std::int64_t>(rank_) * recv_count, dtype) == recv;
+  // In place, reduce into a scratch block that the Work owns, then copy it to block `rank`.
+  const std::size_t bytes = static_cast<std::size_t>(recv_count) * dtype_size(dtype);
+  auto scratch = std::make_shared<std::vector<char>>(in_place ? bytes : 0);
+  void* target = in_place ? static_cast<void*>(scratch->data()) : recv;
+  MPI_Request request;
+  check_mpi(
+      MPI_Ireduce_scatter_block(send, target, n, mpi_datatype(dtype), mpi_op(op), comm_, &request),
+      "MPI_Ireduce_scatter_block");
+  const int group = size_;
+  return collective_work("reduce_scatter", request, [=](const MPI_Status&) {
+    if (in_place && bytes > 0) std::memcpy(recv, scratch->data(), bytes);
+    finish_reduction(recv, recv_count, dtype, op, group);
+  });
+}
+
+void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::int64_t recv_count,
+                                     DType dtype, ReduceOp op) {
+  reduce_scatter_async(send, recv, recv_count, dtype, op)->wait();
+}
+
+// ---- all_gather ------------------------------------------------------------------------------
+
+WorkHandle MpiCommunicator::all_gather_async(const void* send, void* recv, std::int64_t send_count,
+                                             DType dtype) {
+  const int n = mpi_count(send_count, "all_gather");
+  mpi_count(send_count * size_, "all_gather (the whole receive buffer)");
+  check_call("all_gather",
+             call_signature(size_, CollectiveKind::AllGather, ReduceOp::Sum, dtype, send_count));
+  const bool in_place = at(recv, static_cast<std::int64_t>(rank_) * send_count, dtype) == send;
+  MPI_Request request;
+  check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_datatype(dtype), recv, n,
+                           mpi_datatype(dtype), comm_, &request),
+            "MPI_Iallgather");
+  return collective_work("all_gather", request);
+}
+
+void MpiCommunicator::all_gather(const void* send, void* recv, std::int64_t send_count,
+                                 DType dtype) {
+  all_gather_async(send, recv, send_count, dtype)->wait();
+}
+
+// ---- broadcast, all_to_all(v), barrier -------------------------------------------------------
+
+void MpiCommunicator::broadcast(void* buffer, std::int64_t count, DType dtype, int root) {
+  TS_CHECK(root >= 0 && root < size_, "broadcast on ", describe(*this), ": expected a root in [0, ",
+           size_, "), found ", root);
+  const int n = mpi_count(count, "broadcast");
+  check_call("broadcast",
+             call_signature(size_, CollectiveKind::Broadcast, ReduceOp::Sum, dtype, count, root));
+  MPI_Request request;
+  check_mpi(MPI_Ibcast(buffer, n, mpi_datatype(dtype), root, comm_, &request), "MPI_Ibcast");
+  collective_work("broadcast", request)->wait();
+}
+
+void MpiCommunicator::all_to_all(const void* send, void* recv, std::int64_t count_per_rank,
+                                 DType dtype) {
+  const int n = mpi_count(count_per_rank, "all_to_all");
+  mpi_count(count_per_rank * size_, "all_to_all (the whole buffer)");
+  check_call("all_to_all",
+             call_signature(size_, CollectiveKind::AllToAll, ReduceOp::Sum, dtype, count_per_rank));
+  MPI_Request request;
+  check_mpi(
+      MPI_Ialltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_, &request),
+      "MPI_Ialltoall");
+  collective_work("all_to_all", request)->wait();
+}
+
+void MpiCommunicator::all_to_all_v(const void* send, const std::vector<std::int64_t>& send_counts,
+                                   void* recv, const std::vector<std::int64_t>& recv_counts,
+                                   DType dtype) {
+  const auto n = static_cast<std::size_t>(size_);
+  TS_CHECK(send_counts.size() == n && recv_counts.size() == n, "all_to_all_v on ", describe(*this),
+           ": expected ", n, " send and recv counts (one per rank), found ", send_counts.size(),
+           " and ", recv_counts.size());
+  // MPI's counts and displacements are int: convert them, refusing anything past INT_MAX.
+  std::vector<int> sc(n), sd(n), rc(n), rd(n);
+  std::int64_t send_offset = 0, recv_offset = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    sc[j] = mpi_count(send_counts[j], "all_to_all_v (a send count)");
+    rc[j] = mpi_count(recv_counts[j], "all_to_all_v (a recv count)");
+    sd[j] = mpi_count(send_offset, "all_to_all_v (a send displacement)");
+    rd[j] = mpi_count(recv_offset, "all_to_all_v (a recv displacement)");
+    send_offset += send_counts[j];
+    recv_offset += recv_counts[j];
+  }
+  check_call("all_to_all_v", call_signature_v(size_, dtype, send_counts, recv_counts));
+  MPI_Request request;
+  check_mpi(MPI_Ialltoallv(send, sc.data(), sd.data(), mpi_datatype(dtype), recv, rc.data(),
+                           rd.data(), mpi_datatype(dtype), comm_, &request),
+            "MPI_Ialltoallv");
+  collective_work("all_to_all_v", request)->wait();
+}
+
+void MpiCommunicator::barrier() {
+  check_call("barrier",
+             call_signature(size_, CollectiveKind::Barrier, ReduceOp::Sum, DType::Float32, 0));
+  MPI_Request request;
+  check_mpi(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+  collective_work("barrier", request)->wait();
+}
+
+} // namespace tinyscale::comm

@@ -1,0 +1,119 @@
+// MpiCommunicator: the Communicator of real processes under mpirun (chapter 04).
+// Each collective is MPI's own nonblocking collective (MPI_Iallreduce, ...) polled to the
+// communicator's deadline; Avg is MPI_SUM divided by N afterwards. A second, duplicated MPI
+// communicator carries the textbook algorithms (comm/algorithms.hpp), so that their messages can
+// never match the user's send/recv. The easy thing to get wrong: MPI_IN_PLACE does not mean the
+// same thing for every collective; the in-place conventions of communicator.hpp are mapped one by
+// one in mpi_communicator.cpp.
+#pragma once
+
+#include "comm/algorithms.hpp"
+#include "comm/communicator.hpp"
+#include "comm/mpi/mpi_request.hpp"
+
+#include <memory>
+#include <mpi.h>
+#include <string>
+#include <vector>
+
+namespace tinyscale::comm {
+
+class MpiTransport;
+
+/// A group of MPI processes. Needs a live MpiRuntime; one thread at a time may call it.
+class MpiCommunicator final : public Communicator {
+public:
+  /// All processes of mpirun, named "world" (a duplicate of MPI_COMM_WORLD).
+  static std::unique_ptr<MpiCommunicator>
+  world(const CommOptions& options = default_comm_options());
+  /// Takes ownership of `comm` (freed by the destructor) and calls the group `name`.
+  MpiCommunicator(MPI_Comm comm, std::string name, const CommOptions& options);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  const char* backend() const override { return "mpi"; }
+  int world_rank(int group_rank) const override;
+  std::chrono::milliseconds timeout() const override { return options_.timeout; }
+  void set_timeout(std::chrono::milliseconds timeout) override { options_.timeout = timeout; }
+  /// Turns checking mode (CommOptions::check_sizes) on or off.
+  void set_check_sizes(bool check) { options_.check_sizes = check; }
+
+  void all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
+                  ReduceOp op) override;
+  void reduce_scatter(const void* send, void* recv, std::int64_t recv_count, DType dtype,
+                      ReduceOp op) override;
+  void all_gather(const void* send, void* recv, std::int64_t send_count, DType dtype) override;
+  void broadcast(void* buffer, std::int64_t count, DType dtype, int root) override;
+  void all_to_all(const void* send, void* recv, std::int64_t count_per_rank, DType dtype) override;
+  void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_counts, void* recv,
+                    const std::vector<std::int64_t>& recv_counts, DType dtype) override;
+  void barrier() override;
+
+  void send(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
+  void recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
+  WorkHandle isend(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
+  WorkHandle irecv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
+
+  WorkHandle all_reduce_async(const void* send, void* recv, std::int64_t count, DType dtype,
+                              ReduceOp op) override;
+  WorkHandle reduce_scatter_async(const void* send, void* recv, std::int64_t recv_count,
+                                  DType dtype, ReduceOp op) override;
+  WorkHandle all_gather_async(const void* send, void* recv, std::int64_t send_count,
+                              DType dtype) override;
+
+  /// MPI_Comm_split; the new group has its own algorithm communicator too.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
+
+  /// The MPI communicator of the user's operations (for code that calls MPI directly).
+  MPI_Comm handle() const { return comm_; }
+  /// The point-to-point Transport of the textbook algorithms, on a communicator of its own:
+  /// `ring_all_reduce(world.transport(), ...)` runs the ring over MPI send/recv. Its calls must
+  /// be made by every rank in the same order, one at a time.
+  Transport& transport();
+
+private:
+  /// In checking mode, all-gathers `signature` and throws on every rank if the ranks disagree.
+  void check_call(const std::string& op, const std::vector<std::int64_t>& signature);
+  /// Checks that `peer` is a rank of this group and `tag` a valid user tag.
+  void check_peer(const char* op, int peer, int tag) const;
+  /// The Work of a started collective `op`.
+  WorkHandle collective_work(const char* op, MPI_Request request, MpiWork::Finish finish = {});
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm algorithm_comm_ = MPI_COMM_NULL;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<int> world_ranks_;
+  CommOptions options_;
+  std::unique_ptr<MpiTransport> transport_;
+};
+
+/// Transport over MPI point-to-point messages on a communicator reserved for the algorithms.
+class MpiTransport final : public Transport {
+public:
+  /// Messages go over `comm` (not owned); `owner` names the group in deadline messages.
+  MpiTransport(MPI_Comm comm, const Communicator& owner);
+  int rank() const override { return owner_.rank(); }
+  int size() const override { return owner_.size(); }
+  void send(const void* buffer, std::int64_t count, DType dtype, int peer) override;
+  void recv(void* buffer, std::int64_t count, DType dtype, int peer) override;
+  void send_recv(const void* send, std::int64_t send_count, int dst, void* recv,
+                 std::int64_t recv_count, int src, DType dtype) override;
+  /// Names the algorithm's phase in timeout messages ("ring all-gather send timed out ...").
+  void set_phase(const char* phase) override { phase_ = phase ? phase : "transport"; }
+
+private:
+  /// "ring all-gather send": the phase and the operation, for messages.
+  std::string op_name(const char* op) const;
+
+  MPI_Comm comm_;
+  std::string phase_ = "transport";
+  const Communicator& owner_;
+};
+
+} // namespace tinyscale::comm

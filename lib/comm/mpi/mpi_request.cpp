@@ -1,0 +1,139 @@
+// MPI return codes, type mapping and the deadline wait loop (chapter 04); see mpi_request.hpp.
+// Note on cancelling: MPI_Cancel works for receives; a cancelled receive may still have completed
+// (the message arrived just in time), which MPI_Test_cancelled tells us, and then it is a success.
+#include "comm/mpi/mpi_request.hpp"
+
+#include "core/error.hpp"
+
+#include <climits>
+#include <thread>
+
+namespace tinyscale::comm {
+
+void check_mpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = 0;
+  throw Error(detail::concat(call, " failed: ", std::string(text, static_cast<std::size_t>(length)),
+                             " (MPI error code ", rc, ")"));
+}
+
+MPI_Datatype mpi_datatype(DType dtype) {
+  switch (dtype) {
+  case DType::Float32: return MPI_FLOAT;
+  case DType::Float64: return MPI_DOUBLE;
+  case DType::Int64: return MPI_INT64_T;
+  }
+  throw Error("mpi_datatype: unknown dtype");
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Sum:
+  case ReduceOp::Avg: return MPI_SUM;
+  case ReduceOp::Max: return MPI_MAX;
+  }
+  throw Error("mpi_op: unknown reduce op");
+}
+
+int mpi_count(std::int64_t count, const char* op) {
+  TS_CHECK(count >= 0 && count <= INT_MAX, op, ": expected a count between 0 and ", INT_MAX,
+           " elements (MPI counts are int), found ", count,
+           "; split the buffer into several calls of at most ", INT_MAX, " elements");
+  return static_cast<int>(count);
+}
+
+std::optional<int> poll_until(MPI_Request& request, Clock::time_point deadline,
+                              MPI_Status& status) {
+  using std::chrono::microseconds;
+  const Clock::time_point start = Clock::now();
+  for (;;) {
+    int done = 0;
+    const int rc = MPI_Test(&request, &done, &status);
+    if (done || rc != MPI_SUCCESS) return rc;
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return std::nullopt;
+    // Spin for 50 us, then yield the core to any runnable rank until 2 ms, then sleep: with more
+    // ranks than cores, the rank we wait for may need exactly this core to make progress.
+    if (now - start < microseconds(50)) continue;
+    if (now - start < microseconds(2000))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(microseconds(50));
+  }
+}
+
+MpiWork::MpiWork(const Communicator& comm, std::string op, int peer, int tag, Kind kind,
+                 MPI_Request request, Finish finish)
+    : comm_(comm), op_(std::move(op)), peer_(peer), tag_(tag), kind_(kind), request_(request),
+      finish_(std::move(finish)) {}
+
+MpiWork::~MpiWork() {
+  if (done_ || request_ == MPI_REQUEST_NULL) return;
+  try {
+    wait();
+  } catch (...) {
+    // A destructor must not throw; the error was the caller's to collect with wait().
+  }
+}
+
+void MpiWork::complete(int rc, const MPI_Status& status) {
+  done_ = true;
+  try {
+    if (rc == MPI_ERR_TRUNCATE || (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR == MPI_ERR_TRUNCATE))
+      throw Error(detail::concat(op_, " on ", describe(comm_), ": the message from rank ", peer_,
+                                 " (tag ", tag_,
+                                 ") is larger than the buffer; expected the sender "
+                                 "to send exactly the count this rank receives"));
+    check_mpi(rc, op_.c_str());
+    if (finish_) finish_(status);
+  } catch (...) {
+    error_ = std::current_exception();
+  }
+}
+
+bool MpiWork::is_completed() {
+  if (done_) return true;
+  int flag = 0;
+  MPI_Status status;
+  const int rc = MPI_Test(&request_, &flag, &status);
+  if (flag || rc != MPI_SUCCESS) complete(rc, status);
+  return done_;
+}
+
+void MpiWork::wait() {
+  const Clock::time_point started = Clock::now();
+  if (!done_) {
+    MPI_Status status;
+    const std::optional<int> rc = poll_until(request_, started + comm_.timeout(), status);
+    if (rc)
+      complete(*rc, status);
+    else
+      give_up(started);
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+void MpiWork::give_up(Clock::time_point started) {
+  const std::chrono::duration<double> waited = Clock::now() - started;
+  if (kind_ == Kind::Recv) {
+    MPI_Status status;
+    MPI_Cancel(&request_);
+    MPI_Wait(&request_, &status); // returns at once for a cancelled receive
+    int cancelled = 0;
+    MPI_Test_cancelled(&status, &cancelled);
+    if (!cancelled) { // the message arrived while we cancelled: a success after all
+      complete(MPI_SUCCESS, status);
+      return;
+    }
+  } else if (kind_ == Kind::Send) {
+    MPI_Request_free(&request_); // finishes in the background if the peer ever receives
+  }
+  // A collective stays pending: MPI forbids cancelling or freeing it.
+  done_ = true;
+  error_ = nullptr;
+  throw_timeout(comm_, op_, peer_, tag_, waited);
+}
+
+} // namespace tinyscale::comm

@@ -1,0 +1,33 @@
+// MpiRuntime: owns MPI_Init_thread and MPI_Finalize for this process (chapter 04).
+// MPI can be initialised once per process and never again after MPI_Finalize, so exactly one
+// MpiRuntime may live at a time, and it must outlive every MpiCommunicator (they free their MPI
+// communicators in their destructors). The easy thing to get wrong: finalising while another
+// rank still waits on this one; MPI_Finalize is collective in practice, so finalise on every rank.
+#pragma once
+
+namespace tinyscale::comm {
+
+/// RAII owner of the MPI library in this process: initialises MPI in the constructor (thread
+/// level MPI_THREAD_SERIALIZED: one thread at a time calls MPI) and finalises it in the destructor.
+class MpiRuntime {
+public:
+  /// Initialises MPI; an Error when another MpiRuntime lives or MPI was already finalised.
+  MpiRuntime();
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  /// This process's rank in MPI_COMM_WORLD.
+  int world_rank() const { return world_rank_; }
+  /// The number of processes in MPI_COMM_WORLD.
+  int world_size() const { return world_size_; }
+
+  /// The MpiRuntime alive in this process, or nullptr when there is none.
+  static MpiRuntime* live();
+
+private:
+  int world_rank_ = 0;
+  int world_size_ = 1;
+};
+
+} // namespace tinyscale::comm

@@ -1,0 +1,112 @@
+// NcclCommunicator: the Communicator of GPU buffers, one rank per GPU (chapter 11).
+// Every pointer passed to it is device memory on this rank's GPU. Operations are enqueued on the
+// communicator's own CUDA stream; the blocking ones then wait for that stream's event up to the
+// deadline. NCCL has no tags: point-to-point messages between two ranks match in call order, and
+// two ranks that both isend to each other before their irecv deadlock (use send_recv, which
+// groups the pair). The easy thing to get wrong: after a timeout the communicator is aborted
+// (ncclCommAbort) and every later call on it is an Error; create a new one.
+#pragma once
+
+#include "comm/communicator.hpp"
+
+#include <cstdint>
+#include <cuda_runtime_api.h>
+#include <memory>
+#include <nccl.h>
+#include <string>
+#include <vector>
+
+namespace tinyscale::comm {
+
+/// A group of GPUs, one per rank, talking through NCCL.
+class NcclCommunicator final : public Communicator {
+public:
+  /// Joins the ranks of `bootstrap` (a host communicator, e.g. the MPI world; nullptr: a world of
+  /// one rank) into an NCCL world: this rank uses GPU (local rank mod visible GPUs), rank 0
+  /// creates NCCL's unique id and broadcasts it over `bootstrap`.
+  NcclCommunicator(Communicator* bootstrap, std::string name, const CommOptions& options);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  const char* backend() const override { return "nccl"; }
+  int world_rank(int group_rank) const override;
+  std::chrono::milliseconds timeout() const override { return options_.timeout; }
+  void set_timeout(std::chrono::milliseconds timeout) override { options_.timeout = timeout; }
+  /// Turns checking mode (CommOptions::check_sizes) on or off.
+  void set_check_sizes(bool check) { options_.check_sizes = check; }
+
+  void all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
+                  ReduceOp op) override;
+  void reduce_scatter(const void* send, void* recv, std::int64_t recv_count, DType dtype,
+                      ReduceOp op) override;
+  void all_gather(const void* send, void* recv, std::int64_t send_count, DType dtype) override;
+  void broadcast(void* buffer, std::int64_t count, DType dtype, int root) override;
+  void all_to_all(const void* send, void* recv, std::int64_t count_per_rank, DType dtype) override;
+  void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_counts, void* recv,
+                    const std::vector<std::int64_t>& recv_counts, DType dtype) override;
+  /// A one-element all-reduce, waited for.
+  void barrier() override;
+
+  void send(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
+  /// NCCL cannot see the sender's count: a different size is undefined behaviour, not an Error.
+  void recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
+  /// ncclSend and ncclRecv in one group, so a ring step cannot deadlock.
+  void send_recv(const void* send, std::int64_t send_count, int dst, void* recv,
+                 std::int64_t recv_count, int src, DType dtype, int tag) override;
+  WorkHandle isend(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
+  WorkHandle irecv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
+
+  WorkHandle all_reduce_async(const void* send, void* recv, std::int64_t count, DType dtype,
+                              ReduceOp op) override;
+  WorkHandle reduce_scatter_async(const void* send, void* recv, std::int64_t recv_count,
+                                  DType dtype, ReduceOp op) override;
+  WorkHandle all_gather_async(const void* send, void* recv, std::int64_t send_count,
+                              DType dtype) override;
+
+  /// ncclCommSplit (a barrier first, so a missing rank is a timeout, not a hang).
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
+
+  /// The GPU of this rank.
+  int device() const { return device_; }
+  /// The stream every operation is enqueued on.
+  cudaStream_t stream() const { return stream_; }
+  /// The NCCL communicator.
+  ncclComm_t handle() const { return comm_; }
+  /// Aborts the NCCL communicator (stops its kernels); every later call is an Error.
+  void abort();
+  /// True after abort().
+  bool aborted() const { return aborted_; }
+
+private:
+  /// A group made by split(): takes ownership of `comm`.
+  NcclCommunicator(ncclComm_t comm, int device, std::string name, const CommOptions& options);
+  /// Makes this rank's GPU current and refuses an aborted communicator.
+  void enter(const char* op);
+  /// Creates the stream and the scratch buffer; fills rank_, size_.
+  void finish_setup();
+  /// All-gathers one int64 per rank through the device scratch buffer.
+  std::vector<std::int64_t> gather_host(const std::vector<std::int64_t>& mine, const char* op);
+  /// The grouped ncclSend/ncclRecv of all_to_all(v), waited for.
+  void exchange(const char* op, const void* send, const std::vector<std::int64_t>& send_counts,
+                void* recv, const std::vector<std::int64_t>& recv_counts, DType dtype);
+  /// In checking mode, all-gathers the call's signature and throws on every rank on disagreement.
+  void check_call(const std::string& op, const std::vector<std::int64_t>& signature);
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  int device_ = 0;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<int> world_ranks_;
+  CommOptions options_;
+  bool aborted_ = false;
+  std::int64_t* scratch_ = nullptr; ///< device memory for barrier and signatures
+  std::size_t scratch_count_ = 0;
+};
+
+} // namespace tinyscale::comm

@@ -1,0 +1,228 @@
+// NcclCommunicator: the collectives and point-to-point operations (chapter 11). Each enqueues
+// NCCL calls on the communicator's stream and returns an NcclWork (async) or waits for it.
+// NCCL's in-place conventions are exactly those of communicator.hpp (all_reduce send == recv,
+// reduce_scatter recv == send + rank * count, all_gather send == recv + rank * count), so the
+// pointers pass straight through. The easy thing to get wrong: all-to-all is not an NCCL
+// collective; it is N sends and N receives inside one ncclGroupStart/End, or it deadlocks.
+// Collectives of 0 elements enqueue nothing (every rank passes 0, so all of them skip it).
+#include "comm/nccl/nccl_communicator.hpp"
+
+#include "comm/nccl/nccl_work.hpp"
+#include "comm/reduce.hpp"
+#include "comm/size_check.hpp"
+#include "core/error.hpp"
+
+namespace tinyscale::comm {
+
+namespace {
+
+std::size_t to_size(std::int64_t count, const char* op) {
+  TS_CHECK(count >= 0, op, ": expected a count >= 0, found ", count);
+  return static_cast<std::size_t>(count);
+}
+
+const char* at(const void* base, std::int64_t elements, DType dtype) {
+  return static_cast<const char*>(base) + elements * static_cast<std::int64_t>(dtype_size(dtype));
+}
+
+/// Ends an NCCL group even when a call inside it throws (a group left open breaks every later
+/// call of this thread).
+class Group {
+public:
+  Group() { check_nccl(ncclGroupStart(), "ncclGroupStart"); }
+  ~Group() {
+    if (open_) ncclGroupEnd();
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  /// Launches the group's operations.
+  void end(ncclComm_t comm) {
+    open_ = false;
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm);
+  }
+
+private:
+  bool open_ = true;
+};
+
+} // namespace
+
+// ---- collectives -----------------------------------------------------------------------------
+
+WorkHandle NcclCommunicator::all_reduce_async(const void* send, void* recv, std::int64_t count,
+                                              DType dtype, ReduceOp op) {
+  check_reducible(dtype, op, "all_reduce");
+  check_call("all_reduce", call_signature(size_, CollectiveKind::AllReduce, op, dtype, count));
+  enter("all_reduce");
+  if (to_size(count, "all_reduce") > 0)
+    check_nccl(ncclAllReduce(send, recv, to_size(count, "all_reduce"), nccl_datatype(dtype),
+                             nccl_op(op), comm_, stream_),
+               "ncclAllReduce", comm_);
+  return std::make_unique<NcclWork>(*this, "all_reduce", -1, -1);
+}
+
+void NcclCommunicator::all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
+                                  ReduceOp op) {
+  all_reduce_async(send, recv, count, dtype, op)->wait();
+}
+
+WorkHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv,
+                                                  std::int64_t recv_count, DType dtype,
+                                                  ReduceOp op) {
+  check_reducible(dtype, op, "reduce_scatter");
+  check_call("reduce_scatter",
+             call_signature(size_, CollectiveKind::ReduceScatter, op, dtype, recv_count));
+  enter("reduce_scatter");
+  if (to_size(recv_count, "reduce_scatter") > 0)
+    check_nccl(ncclReduceScatter(send, recv, to_size(recv_count, "reduce_scatter"),
+                                 nccl_datatype(dtype), nccl_op(op), comm_, stream_),
+               "ncclReduceScatter", comm_);
+  return std::make_unique<NcclWork>(*this, "reduce_scatter", -1, -1);
+}
+
+void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::int64_t recv_count,
+                                      DType dtype, ReduceOp op) {
+  reduce_scatter_async(send, recv, recv_count, dtype, op)->wait();
+}
+
+WorkHandle NcclCommunicator::all_gather_async(const void* send, void* recv, std::int64_t send_count,
+                                              DType dtype) {
+  check_call("all_gather",
+             call_signature(size_, CollectiveKind::AllGather, ReduceOp::Sum, dtype, send_count));
+  enter("all_gather");
+  if (to_size(send_count, "all_gather") > 0)
+    check_nccl(ncclAllGather(send, recv, to_size(send_count, "all_gather"), nccl_datatype(dtype),
+                             comm_, stream_),
+               "ncclAllGather", comm_);
+  return std::make_unique<NcclWork>(*this, "all_gather", -1, -1);
+}
+
+void NcclCommunicator::all_gather(const void* send, void* recv, std::int64_t send_count,
+                                  DType dtype) {
+  all_gather_async(send, recv, send_count, dtype)->wait();
+}
+
+void NcclCommunicator::broadcast(void* buffer, std::int64_t count, DType dtype, int root) {
+  TS_CHECK(root >= 0 && root < size_, "broadcast on ", describe(*this), ": expected a root in [0, ",
+           size_, "), found ", root);
+  check_call("broadcast",
+             call_signature(size_, CollectiveKind::Broadcast, ReduceOp::Sum, dtype, count, root));
+  enter("broadcast");
+  if (to_size(count, "broadcast") > 0)
+    check_nccl(ncclBroadcast(buffer, buffer, to_size(count, "broadcast"), nccl_datatype(dtype),
+                             root, comm_, stream_),
+               "ncclBroadcast", comm_);
+  NcclWork(*this, "broadcast", -1, -1).wait();
+}
+
+void NcclCommunicator::all_to_all(const void* send, void* recv, std::int64_t count_per_rank,
+                                  DType dtype) {
+  check_call("all_to_all",
+             call_signature(size_, CollectiveKind::AllToAll, ReduceOp::Sum, dtype, count_per_rank));
+  const std::vector<std::int64_t> counts(static_cast<std::size_t>(size_), count_per_rank);
+  exchange("all_to_all", send, counts, recv, counts, dtype);
+}
+
+void NcclCommunicator::all_to_all_v(const void* send, const std::vector<std::int64_t>& send_counts,
+                                    void* recv, const std::vector<std::int64_t>& recv_counts,
+                                    DType dtype) {
+  const auto n = static_cast<std::size_t>(size_);
+  TS_CHECK(send_counts.size() == n && recv_counts.size() == n, "all_to_all_v on ", describe(*this),
+           ": expected ", n, " send and recv counts (one per rank), found ", send_counts.size(),
+           " and ", recv_counts.size());
+  check_call("all_to_all_v", call_signature_v(size_, dtype, send_counts, recv_counts));
+  exchange("all_to_all_v", send, send_counts, recv, recv_counts, dtype);
+}
+
+void NcclCommunicator::exchange(const char* op, const void* send,
+                                const std::vector<std::int64_t>& send_counts, void* recv,
+                                const std::vector<std::int64_t>& recv_counts, DType dtype) {
+  enter(op);
+  const ncclDataType_t type = nccl_datatype(dtype);
+  const auto element_bytes = static_cast<std::int64_t>(dtype_size(dtype));
+  std::int64_t send_offset = 0, recv_offset = 0;
+  Group group;
+  for (int peer = 0; peer < size_; ++peer) {
+    const std::int64_t sc = send_counts[static_cast<std::size_t>(peer)];
+    const std::int64_t rc = recv_counts[static_cast<std::size_t>(peer)];
+    // Empty messages are skipped on both sides (rc here is sc on the peer). A message to this
+    // rank itself is allowed inside a group.
+    if (sc > 0)
+      check_nccl(
+          ncclSend(at(send, send_offset, dtype), to_size(sc, op), type, peer, comm_, stream_),
+          "ncclSend", comm_);
+    if (rc > 0)
+      check_nccl(ncclRecv(static_cast<char*>(recv) + recv_offset * element_bytes, to_size(rc, op),
+                          type, peer, comm_, stream_),
+                 "ncclRecv", comm_);
+    send_offset += sc;
+    recv_offset += rc;
+  }
+  group.end(comm_);
+  NcclWork(*this, op, -1, -1).wait();
+}
+
+void NcclCommunicator::barrier() {
+  check_call("barrier",
+             call_signature(size_, CollectiveKind::Barrier, ReduceOp::Sum, DType::Float32, 0));
+  enter("barrier");
+  if (scratch_count_ == 0) {
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(std::int64_t)), "cudaMalloc");
+    scratch_count_ = 1;
+  }
+  check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclInt64, ncclSum, comm_, stream_),
+             "ncclAllReduce", comm_);
+  NcclWork(*this, "barrier", -1, -1).wait();
+}
+
+// ---- point to point --------------------------------------------------------------------------
+
+WorkHandle NcclCommunicator::isend(const void* buffer, std::int64_t count, DType dtype, int peer,
+                                   int tag) {
+  TS_CHECK(peer >= 0 && peer < size_ && tag >= 0, "send on ", describe(*this),
+           ": expected a peer in [0, ", size_, ") and a tag >= 0, found peer ", peer, ", tag ",
+           tag);
+  enter("send");
+  check_nccl(ncclSend(buffer, to_size(count, "send"), nccl_datatype(dtype), peer, comm_, stream_),
+             "ncclSend", comm_);
+  return std::make_unique<NcclWork>(*this, "send", peer, tag);
+}
+
+WorkHandle NcclCommunicator::irecv(void* buffer, std::int64_t count, DType dtype, int peer,
+                                   int tag) {
+  TS_CHECK(peer >= 0 && peer < size_ && tag >= 0, "recv on ", describe(*this),
+           ": expected a peer in [0, ", size_, ") and a tag >= 0, found peer ", peer, ", tag ",
+           tag);
+  enter("recv");
+  check_nccl(ncclRecv(buffer, to_size(count, "recv"), nccl_datatype(dtype), peer, comm_, stream_),
+             "ncclRecv", comm_);
+  return std::make_unique<NcclWork>(*this, "recv", peer, tag);
+}
+
+void NcclCommunicator::send(const void* buffer, std::int64_t count, DType dtype, int peer,
+                            int tag) {
+  isend(buffer, count, dtype, peer, tag)->wait();
+}
+
+void NcclCommunicator::recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) {
+  irecv(buffer, count, dtype, peer, tag)->wait();
+}
+
+void NcclCommunicator::send_recv(const void* send, std::int64_t send_count, int dst, void* recv,
+                                 std::int64_t recv_count, int src, DType dtype, int tag) {
+  TS_CHECK(dst >= 0 && dst < size_ && src >= 0 && src < size_ && tag >= 0, "send_recv on ",
+           describe(*this), ": expected peers in [0, ", size_, ") and a tag >= 0, found dst ", dst,
+           ", src ", src, ", tag ", tag);
+  enter("send_recv");
+  Group group;
+  check_nccl(
+      ncclSend(send, to_size(send_count, "send_recv"), nccl_datatype(dtype), dst, comm_, stream_),
+      "ncclSend", comm_);
+  check_nccl(
+      ncclRecv(recv, to_size(recv_count, "send_recv"), nccl_datatype(dtype), src, comm_, stream_),
+      "ncclRecv", comm_);
+  group.end(comm_);
+  NcclWork(*this, "send_recv", src, tag).wait();
+}
+
+} // namespace tinyscale::comm

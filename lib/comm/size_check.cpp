@@ -1,0 +1,105 @@
+// Checking mode: call signatures and their comparison (chapter 04); see size_check.hpp.
+// Layout of one signature: [kind, reduce op, dtype, root, counts[N], recv counts[N]]; a collective
+// with one count stores it in counts[0] and zeros elsewhere.
+#include "comm/size_check.hpp"
+
+#include "core/error.hpp"
+
+namespace tinyscale::comm {
+
+namespace {
+
+constexpr std::size_t kHeader = 4;
+
+const char* kind_name(std::int64_t kind) {
+  switch (static_cast<CollectiveKind>(kind)) {
+  case CollectiveKind::AllReduce: return "all_reduce";
+  case CollectiveKind::ReduceScatter: return "reduce_scatter";
+  case CollectiveKind::AllGather: return "all_gather";
+  case CollectiveKind::Broadcast: return "broadcast";
+  case CollectiveKind::AllToAll: return "all_to_all";
+  case CollectiveKind::AllToAllV: return "all_to_all_v";
+  case CollectiveKind::Barrier: return "barrier";
+  }
+  return "an unknown collective";
+}
+
+/// "all_reduce (sum, root -1)": what one signature asks for, for messages.
+std::string call_name(const std::int64_t* sig) {
+  std::string name = kind_name(sig[0]);
+  const auto kind = static_cast<CollectiveKind>(sig[0]);
+  if (kind == CollectiveKind::AllReduce || kind == CollectiveKind::ReduceScatter)
+    name += detail::concat("(", reduce_op_name(static_cast<ReduceOp>(sig[1])), ")");
+  if (kind == CollectiveKind::Broadcast) name += detail::concat("(root ", sig[3], ")");
+  return name;
+}
+
+} // namespace
+
+std::size_t signature_length(int group_size) {
+  return kHeader + 2 * static_cast<std::size_t>(group_size);
+}
+
+std::vector<std::int64_t> call_signature(int group_size, CollectiveKind kind, ReduceOp op,
+                                         DType dtype, std::int64_t count, int root) {
+  std::vector<std::int64_t> sig(signature_length(group_size), 0);
+  sig[0] = static_cast<std::int64_t>(kind);
+  sig[1] = static_cast<std::int64_t>(op);
+  sig[2] = static_cast<std::int64_t>(dtype);
+  sig[3] = root;
+  sig[kHeader] = count;
+  return sig;
+}
+
+std::vector<std::int64_t> call_signature_v(int group_size, DType dtype,
+                                           const std::vector<std::int64_t>& send_counts,
+                                           const std::vector<std::int64_t>& recv_counts) {
+  std::vector<std::int64_t> sig =
+      call_signature(group_size, CollectiveKind::AllToAllV, ReduceOp::Sum, dtype, 0);
+  const auto n = static_cast<std::size_t>(group_size);
+  for (std::size_t j = 0; j < n; ++j) {
+    sig[kHeader + j] = send_counts[j];
+    sig[kHeader + n + j] = recv_counts[j];
+  }
+  return sig;
+}
+
+void check_signatures(const Communicator& comm, const std::string& op,
+                      const std::vector<std::int64_t>& gathered) {
+  const int n = comm.size();
+  const std::size_t len = signature_length(n);
+  TS_CHECK(gathered.size() == len * static_cast<std::size_t>(n), "check_signatures: expected ",
+           len * static_cast<std::size_t>(n), " values, found ", gathered.size());
+  auto sig = [&](int r) { return gathered.data() + len * static_cast<std::size_t>(r); };
+  const std::int64_t* first = sig(0);
+  for (int r = 1; r < n; ++r) {
+    const std::int64_t* other = sig(r);
+    if (other[0] != first[0] || other[1] != first[1] || other[3] != first[3])
+      throw Error(detail::concat(op, " on ", describe(comm),
+                                 ": ranks disagree on the operation: rank 0 called ",
+                                 call_name(first), ", rank ", r, " called ", call_name(other),
+                                 ". Every rank must call the same collectives in the same order."));
+  }
+  if (static_cast<CollectiveKind>(first[0]) != CollectiveKind::AllToAllV) {
+    for (int r = 1; r < n; ++r) {
+      const std::int64_t* other = sig(r);
+      if (other[2] != first[2] || other[kHeader] != first[kHeader])
+        throw_size_mismatch(comm, op, 0, first[kHeader], static_cast<DType>(first[2]), r,
+                            other[kHeader], static_cast<DType>(other[2]));
+    }
+    return;
+  }
+  // all_to_all_v: what rank i sends to rank j must be what rank j expects from rank i.
+  const auto un = static_cast<std::size_t>(n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      const std::int64_t sent = sig(i)[kHeader + static_cast<std::size_t>(j)];
+      const std::int64_t expected = sig(j)[kHeader + un + static_cast<std::size_t>(i)];
+      if (sent != expected || sig(i)[2] != sig(j)[2])
+        throw_size_mismatch(comm, detail::concat(op, " (rank ", i, " sending to rank ", j, ")"), i,
+                            sent, static_cast<DType>(sig(i)[2]), j, expected,
+                            static_cast<DType>(sig(j)[2]));
+    }
+}
+
+} // namespace tinyscale::comm
