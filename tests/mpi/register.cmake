@@ -1,12 +1,14 @@
 # ctest entries of mpi_tests (label mpi): the test binary under mpiexec with 4 ranks on however
 # many cores there are (--oversubscribe), one entry per Catch2 tag. Idle ranks yield the core
-# (mpi_yield_when_idle) so that oversubscribed runs stay fast on 2 cores.
+# (mpi_yield_when_idle) so that oversubscribed runs stay fast on 2 cores. RUN_SERIAL: 4 processes
+# already fill the cores, and the tests' short deadlines should not race other tests for them.
 set(TINYSCALE_MPI_TAGS collectives p2p async split deadline checking ring)
 foreach(tag IN LISTS TINYSCALE_MPI_TAGS)
   add_test(NAME mpi.${tag}
            COMMAND ${TINYSCALE_MPIEXEC} --oversubscribe -np 4 $<TARGET_FILE:mpi_tests> "[${tag}]")
   set_tests_properties(mpi.${tag} PROPERTIES
     LABELS mpi
+    RUN_SERIAL ON
     TIMEOUT 120
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1")
 endforeach()
