@@ -111,7 +111,7 @@ double max_over_ranks(comm::Communicator& c, double x) {
 }
 
 /// Times `op` at `bytes`: a warm-up call, then a barrier and `iters` timed calls; the slowest
-/// rank's mean. With iters == 0, as many calls as fit in about 100 ms (3 to 100).
+/// rank's mean. With iters == 0, as many calls as fit in about 100 ms (5 to 100).
 Row time_op(comm::Communicator& c, const std::string& op, Buffers& buf, std::int64_t bytes,
             int iters) {
   using clock = std::chrono::steady_clock;
@@ -120,7 +120,7 @@ Row time_op(comm::Communicator& c, const std::string& op, Buffers& buf, std::int
   call_op(c, op, buf, bytes);
   const double warm = max_over_ranks(c, std::chrono::duration<double>(clock::now() - t0).count());
   Row row{op, bytes, iters, 0, 0};
-  if (row.iters <= 0) row.iters = std::clamp(static_cast<int>(0.1 / std::max(warm, 1e-7)), 3, 100);
+  if (row.iters <= 0) row.iters = std::clamp(static_cast<int>(0.1 / std::max(warm, 1e-7)), 5, 100);
   c.barrier();
   t0 = clock::now();
   for (int i = 0; i < row.iters; ++i) call_op(c, op, buf, bytes);
@@ -256,7 +256,12 @@ void run_bench_comm(const BenchCommOptions& opt) {
                   "barrier; GB/s = 1e9 bytes/s\n\n");
     }
     std::vector<Row> rows;
-    for (std::int64_t bytes = opt.min_bytes; bytes <= opt.max_bytes; bytes *= 4) {
+    TS_CHECK(opt.min_bytes >= 4 * n,
+             "bench comm: expected --min-bytes of at least 4 x ranks = ", 4 * n,
+             " (one float32 per rank), found ", opt.min_bytes, "; raise --min-bytes");
+    for (std::int64_t requested = opt.min_bytes; requested <= opt.max_bytes; requested *= 4) {
+      // S as moved: whole float32 elements, divisible by N (what the table's bandwidths use).
+      const std::int64_t bytes = requested / 4 / n * n * 4;
       world.barrier();
       const double copy = world.rank() == 0 ? time_memcpy(buf, bytes) : 0.0;
       std::vector<std::string> ops = opt.ops;

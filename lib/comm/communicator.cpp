@@ -22,9 +22,10 @@ CommOptions default_comm_options() {
   if (const char* env = std::getenv("TINYSCALE_COMM_TIMEOUT_S")) {
     char* end = nullptr;
     const double seconds = std::strtod(env, &end);
-    TS_CHECK(end != env && *end == '\0' && seconds > 0,
-             "TINYSCALE_COMM_TIMEOUT_S: expected a positive number of seconds, found '", env,
-             "'; unset it to use the default of 60 s");
+    // At most a year: longer deadlines overflow steady_clock's time points and fire at once.
+    TS_CHECK(end != env && *end == '\0' && seconds > 0 && seconds <= 365.0 * 86400.0,
+             "TINYSCALE_COMM_TIMEOUT_S: expected a number of seconds in (0, 31536000], found '",
+             env, "'; unset it to use the default of 60 s");
     options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
   }
   return options;
@@ -42,6 +43,17 @@ std::string describe(const Communicator& comm) {
   return detail::concat("group '", comm.name(), "' (rank ", comm.rank(), " of ", comm.size(),
                         ", world rank ", comm.world_rank(comm.rank()), ", backend ", comm.backend(),
                         ")");
+}
+
+void check_disjoint(const void* send, std::size_t send_bytes, const void* recv,
+                    std::size_t recv_bytes, const char* op) {
+  if (send_bytes == 0 || recv_bytes == 0) return;
+  const auto s = reinterpret_cast<std::uintptr_t>(send);
+  const auto r = reinterpret_cast<std::uintptr_t>(recv);
+  TS_CHECK(s + send_bytes <= r || r + recv_bytes <= s, op,
+           ": expected disjoint send and receive buffers, found the ", send_bytes,
+           " bytes sent overlapping the ", recv_bytes,
+           " bytes received (it cannot run in place); receive into a separate buffer");
 }
 
 void throw_timeout(const Communicator& comm, const std::string& op, int peer, int tag,

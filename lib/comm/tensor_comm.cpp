@@ -13,17 +13,29 @@ namespace tinyscale::comm {
 
 namespace {
 
-/// A Work that keeps `tensors` alive until the inner operation is done.
+/// A Work that keeps `tensors` alive until the inner operation is done. Dropped unfinished (an
+/// exception between issue and wait, or a forgotten wait), it waits for the operation before it
+/// lets the tensors go: every backend's operation ends by its deadline, so this cannot hang, and
+/// no backend writes into freed storage. Errors are not rethrown from a destructor.
 class TensorWork final : public Work {
 public:
   TensorWork(WorkHandle inner, std::vector<Tensor> tensors)
-      : inner_(std::move(inner)), tensors_(std::move(tensors)) {}
+      : tensors_(std::move(tensors)), inner_(std::move(inner)) {}
+  TensorWork(const TensorWork&) = delete;
+  TensorWork& operator=(const TensorWork&) = delete;
+  ~TensorWork() override {
+    if (inner_->is_completed()) return;
+    try {
+      inner_->wait();
+    } catch (...) { // the caller never asked for the result; its own error is already in flight
+    }
+  }
   void wait() override { inner_->wait(); }
   bool is_completed() override { return inner_->is_completed(); }
 
 private:
+  std::vector<Tensor> tensors_; // declared first, destroyed last: after inner_ has finished
   WorkHandle inner_;
-  std::vector<Tensor> tensors_;
 };
 
 void check_usable(const Communicator& comm, const Tensor& t, const char* op, const char* arg) {

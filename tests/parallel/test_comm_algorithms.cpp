@@ -21,6 +21,10 @@ using namespace tinyscale::comm::testing;
 namespace {
 
 // Synchronous sends built from the communicator's p2p: data on tag 0, acknowledgement on tag 1.
+// Plain send and recv (the tree broadcast's) are rendezvous: a send returns only once matched.
+// send_recv keeps its contract, a simultaneous exchange (as MPI_Sendrecv): it posts its data
+// before it waits, then both sides acknowledge; the rings therefore test the step order and the
+// counts, not blocking.
 class RendezvousTransport final : public Transport {
 public:
   explicit RendezvousTransport(Communicator& comm) : comm_(comm) {}

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 using namespace tinyscale;
@@ -135,4 +136,27 @@ TEST_CASE("isend and irecv pairs exchange blocks with both neighbours", "[comm][
         },
         test_options()));
   }
+}
+
+TEST_CASE("an async handle waits as long as its queued op needs, not one deadline from wait()",
+          "[comm][threads]") {
+  // Deadline 300 ms. Rank 1 joins each of three async all-reduces 200 ms late, so no single
+  // receive waits longer than the deadline, but the last op finishes about 600 ms after rank 0
+  // called wait() on it. A wait() with a deadline of its own would give up while the worker still
+  // owns the buffers.
+  REQUIRE_NOTHROW(run_threads(
+      2,
+      [](Communicator& comm) {
+        std::vector<std::vector<float>> x(3, std::vector<float>(8, 1.0f));
+        std::vector<WorkHandle> work;
+        for (auto& v : x) {
+          if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          work.push_back(
+              comm.all_reduce_async(v.data(), v.data(), 8, DType::Float32, ReduceOp::Sum));
+          if (comm.rank() == 1) work.back()->wait();
+        }
+        for (auto w = work.rbegin(); w != work.rend(); ++w) (*w)->wait(); // the last op first
+        for (const auto& v : x) CHECK(v == std::vector<float>(8, 2.0f));
+      },
+      test_options(std::chrono::milliseconds(300))));
 }

@@ -8,7 +8,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 using namespace tinyscale;
@@ -161,4 +163,36 @@ TEST_CASE("tensor collectives name both dtypes when ranks disagree, and reject b
                        },
                        test_options()),
                    Contains("broadcast: expected a defined tensor"));
+}
+
+TEST_CASE("a dropped async tensor handle waits for its op before it releases the tensor",
+          "[comm][threads]") {
+  // Rank 1 joins 300 ms late. Rank 0 drops its handle at once: the handle's destructor must wait
+  // for the all-reduce (the worker writes into the tensor's storage) before the last reference to
+  // the tensor goes; rank 0 then sees the reduced values without ever calling wait().
+  REQUIRE_NOTHROW(run_threads(
+      2,
+      [](Communicator& comm) {
+        Tensor t = Tensor::full({4}, 1.0);
+        if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        const auto start = std::chrono::steady_clock::now();
+        all_reduce_async(comm, t).reset();
+        const double held =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (comm.rank() == 0) CHECK(held >= 0.25);
+        CHECK(t.to_vector() == std::vector<double>(4, 2.0));
+      },
+      test_options()));
+}
+
+TEST_CASE("all_to_all refuses overlapping send and receive buffers", "[comm][threads]") {
+  REQUIRE_TS_ERROR(run_threads(
+                       2,
+                       [](Communicator& comm) {
+                         std::vector<float> x(8, 1.0f); // room for recv at x + 1
+                         comm.all_to_all(x.data(), x.data() + 1, 2, DType::Float32);
+                       },
+                       test_options()),
+                   Contains("all_to_all: expected disjoint send and receive buffers") &&
+                       Contains("receive into a separate buffer"));
 }

@@ -1,6 +1,7 @@
 // Completions, handles and the per-communicator worker thread of the threads backend (chapter 04).
-// The easy thing to get wrong: a handle's wait() has its own deadline, because a worker stuck
-// behind a rank that never arrives must surface as an Error, not as a hang in the caller.
+// The easy thing to get wrong: a handle's wait() must not give up before the worker does. A
+// worker stuck behind a rank that never arrives surfaces as the worker's own timeout Error (each
+// of its receives has a deadline), which wait() rethrows; only then are the buffers free again.
 #include "comm/threads/async_worker.hpp"
 
 #include <utility>
@@ -21,6 +22,11 @@ bool Completion::done() const {
   return done_;
 }
 
+void Completion::wait() {
+  std::unique_lock lock(mutex_);
+  finished_.wait(lock, [&] { return done_; });
+}
+
 bool Completion::wait_until(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lock(mutex_);
   return finished_.wait_until(lock, deadline, [&] { return done_; });
@@ -31,16 +37,8 @@ void Completion::rethrow_error() const {
   if (error_) std::rethrow_exception(error_);
 }
 
-TaskWork::TaskWork(std::shared_ptr<Completion> completion, const Communicator& comm, std::string op,
-                   std::chrono::milliseconds timeout)
-    : completion_(std::move(completion)), comm_(comm), op_(std::move(op)), timeout_(timeout) {}
-
 void TaskWork::wait() {
-  const auto start = std::chrono::steady_clock::now();
-  if (!completion_->wait_until(start + timeout_)) {
-    throw_timeout(comm_, op_ + " (wait on its async handle)", -1, -1,
-                  std::chrono::steady_clock::now() - start);
-  }
+  completion_->wait();
   completion_->rethrow_error();
 }
 

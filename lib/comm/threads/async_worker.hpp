@@ -26,6 +26,8 @@ public:
   void finish(std::exception_ptr error);
   /// True once finish() was called (never blocks).
   bool done() const;
+  /// Waits until finished.
+  void wait();
   /// Waits until finished or until `deadline`; returns done().
   bool wait_until(std::chrono::steady_clock::time_point deadline);
   /// Rethrows the operation's error, if it had one.
@@ -38,20 +40,18 @@ private:
   std::exception_ptr error_;
 };
 
-/// The handle of an operation that runs on a worker thread.
+/// The handle of an operation that runs on a worker thread. wait() has no deadline of its own:
+/// every receive the worker makes has one, so the operation always finishes (or fails with a
+/// timeout naming the peer it waited for), and the caller never gets its buffers back while the
+/// worker may still write into them.
 class TaskWork final : public Work {
 public:
-  /// `comm` and `op` name the operation in a timeout Error; `comm` must outlive the handle.
-  TaskWork(std::shared_ptr<Completion> completion, const Communicator& comm, std::string op,
-           std::chrono::milliseconds timeout);
+  explicit TaskWork(std::shared_ptr<Completion> completion) : completion_(std::move(completion)) {}
   void wait() override;
   bool is_completed() override { return completion_->done(); }
 
 private:
   std::shared_ptr<Completion> completion_;
-  const Communicator& comm_;
-  std::string op_;
-  std::chrono::milliseconds timeout_;
 };
 
 /// The handle of an operation that finished when it was issued (an eager send).

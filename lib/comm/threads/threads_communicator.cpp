@@ -1,8 +1,9 @@
 // The threads backend's collectives and sub-groups (chapter 04). Each collective is one call of a
 // textbook algorithm through a ThreadsTransport bound to the collective's sequence number; the
 // async variants hand the same call to the communicator's worker thread.
-// The easy thing to get wrong: the sequence number is taken before anything can fail or be
-// queued, so a rank's numbering never drifts from the other ranks'.
+// The easy thing to get wrong: the sequence number is taken once the arguments are checked and
+// before anything can fail or be queued, so a rank's numbering never drifts from the other ranks'.
+// (A rank-local argument error is a bug in the caller; the group is not usable after it.)
 #include "comm/threads/threads_communicator.hpp"
 
 #include "comm/algorithms.hpp"
@@ -88,8 +89,7 @@ WorkHandle ThreadsCommunicator::start_collective(const char* op, std::int64_t co
       completion->finish(std::current_exception());
     }
   });
-  return std::make_unique<TaskWork>(completion, *this, detail::concat(op, " #", sequence),
-                                    timeout_);
+  return std::make_unique<TaskWork>(completion);
 }
 
 // ---- collectives -------------------------------------------------------------------------------
@@ -169,6 +169,9 @@ void ThreadsCommunicator::broadcast(void* buffer, std::int64_t count, DType dtyp
 void ThreadsCommunicator::all_to_all(const void* send, void* recv, std::int64_t count_per_rank,
                                      DType dtype) {
   check_count(count_per_rank, "all_to_all", "count_per_rank");
+  const std::size_t bytes = static_cast<std::size_t>(count_per_rank) *
+                            static_cast<std::size_t>(size()) * dtype_size(dtype);
+  check_disjoint(send, bytes, recv, bytes, "all_to_all");
   const std::vector<std::int64_t> counts(size(), count_per_rank);
   run_collective(
       "all_to_all", count_per_rank, dtype, CollectiveArgument::none(),
@@ -179,6 +182,12 @@ void ThreadsCommunicator::all_to_all_v(const void* send,
                                        const std::vector<std::int64_t>& send_counts, void* recv,
                                        const std::vector<std::int64_t>& recv_counts, DType dtype) {
   // The counts differ between ranks by design; each message's size is checked instead.
+  const auto total = [&](const std::vector<std::int64_t>& counts) {
+    std::int64_t sum = 0;
+    for (const std::int64_t c : counts) sum += std::max<std::int64_t>(c, 0); // checked below
+    return static_cast<std::size_t>(sum) * dtype_size(dtype);
+  };
+  check_disjoint(send, total(send_counts), recv, total(recv_counts), "all_to_all_v");
   run_collective("all_to_all_v", -1, dtype, CollectiveArgument::none(), [&](Transport& t) {
     pairwise_all_to_all_v(t, send, send_counts, recv, recv_counts, dtype);
   });
