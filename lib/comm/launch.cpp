@@ -7,12 +7,15 @@
 
 #include "core/error.hpp"
 
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 
 #ifdef TINYSCALE_HAVE_MPI
 #include "comm/mpi/mpi_communicator.hpp"
 #include "comm/mpi/mpi_runtime.hpp"
+#include <mpi.h>
 #endif
 #ifdef TINYSCALE_HAVE_NCCL
 #include "comm/nccl/nccl_communicator.hpp"
@@ -72,6 +75,33 @@ namespace {
                              option, "=ON`, which fails loudly if it is still missing"));
 }
 
+#ifdef TINYSCALE_HAVE_MPI
+/// Runs `step` (building a communicator, or the rank's function). When it throws on one of
+/// several mpirun ranks, prints "tinyscale: rank R of N failed: <message>" and ends every rank at
+/// once with MPI_Abort. Letting the exception unwind instead would leave the other ranks waiting
+/// for this one until their own deadlines, then in MPI_Finalize (which must not even be reached
+/// with abandoned collectives pending). With one rank the exception simply propagates.
+template <typename Step> void abort_world_on_failure(const MpiRuntime& runtime, Step&& step) {
+  try {
+    step();
+  } catch (...) {
+    if (runtime.world_size() == 1) throw;
+    std::string message = "an exception that is not a std::exception";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    std::fprintf(stderr, "tinyscale: rank %d of %d failed: %s\n", runtime.world_rank(),
+                 runtime.world_size(), message.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort(); // MPI_Abort does not return; this keeps the compiler (and the reader) sure of it
+  }
+}
+#endif
+
 } // namespace
 
 Backend resolve_backend(Backend backend) {
@@ -101,15 +131,20 @@ void run_world(Backend backend, int threads_world_size, const RankFunction& fn,
   // Initialise MPI here unless the program already did (an MpiRuntime lives).
   std::unique_ptr<MpiRuntime> runtime;
   if (MpiRuntime::live() == nullptr) runtime = std::make_unique<MpiRuntime>();
-  // The world communicator dies before the runtime that finalises MPI.
-  std::unique_ptr<MpiCommunicator> world = MpiCommunicator::world(options);
+  const MpiRuntime& mpi = *MpiRuntime::live();
+  // The world communicator dies before the runtime that finalises MPI. A failure on one of
+  // several ranks aborts them all here, before any destructor waits on the others.
+  std::unique_ptr<MpiCommunicator> world;
+  abort_world_on_failure(mpi, [&] { world = MpiCommunicator::world(options); });
   if (backend == Backend::Mpi) {
-    fn(*world);
+    abort_world_on_failure(mpi, [&] { fn(*world); });
     return;
   }
 #ifdef TINYSCALE_HAVE_NCCL
-  NcclCommunicator nccl(world.get(), "world", options);
-  fn(nccl);
+  std::unique_ptr<NcclCommunicator> nccl;
+  abort_world_on_failure(
+      mpi, [&] { nccl = std::make_unique<NcclCommunicator>(world.get(), "world", options); });
+  abort_world_on_failure(mpi, [&] { fn(*nccl); });
   return;
 #endif
 #else

@@ -43,7 +43,10 @@ void run_threads(int world_size, const RankFunction& fn,
 
 /// Runs `fn` on the ranks of `backend`: for threads, `threads_world_size` threads; for mpi and
 /// nccl, this process's rank of the mpirun world (`threads_world_size` is ignored). Initialises
-/// and finalises MPI when this call is the first to need it.
+/// and finalises MPI when this call is the first to need it. Under mpirun with several ranks, a
+/// rank whose `fn` throws prints "tinyscale: rank R of N failed: <message>" to stderr and ends
+/// every rank with MPI_Abort (exit code 1), rather than leaving the others to time out; with one
+/// rank (or threads) the exception propagates to the caller.
 void run_world(Backend backend, int threads_world_size, const RankFunction& fn,
                const CommOptions& options = default_comm_options());
 

@@ -1,15 +1,19 @@
 // Checking mode: call signatures and their comparison (chapter 04); see size_check.hpp.
-// Layout of one signature: [kind, reduce op, dtype, root, counts[N], recv counts[N]]; a collective
-// with one count stores it in counts[0] and zeros elsewhere.
+// Layout of one signature: [kind, reduce op, dtype, root, invalid, counts[N], recv counts[N]]; a
+// collective with one count stores it in counts[0] and zeros elsewhere; `invalid` is 1 when the
+// rank's own argument checks failed.
 #include "comm/size_check.hpp"
 
 #include "core/error.hpp"
+
+#include <cstdint>
 
 namespace tinyscale::comm {
 
 namespace {
 
-constexpr std::size_t kHeader = 4;
+constexpr std::size_t kInvalid = 4;
+constexpr std::size_t kHeader = 5;
 
 const char* kind_name(std::int64_t kind) {
   switch (static_cast<CollectiveKind>(kind)) {
@@ -57,11 +61,38 @@ std::vector<std::int64_t> call_signature_v(int group_size, DType dtype,
   std::vector<std::int64_t> sig =
       call_signature(group_size, CollectiveKind::AllToAllV, ReduceOp::Sum, dtype, 0);
   const auto n = static_cast<std::size_t>(group_size);
-  for (std::size_t j = 0; j < n; ++j) {
-    sig[kHeader + j] = send_counts[j];
+  for (std::size_t j = 0; j < n && j < send_counts.size(); ++j) sig[kHeader + j] = send_counts[j];
+  for (std::size_t j = 0; j < n && j < recv_counts.size(); ++j)
     sig[kHeader + n + j] = recv_counts[j];
-  }
   return sig;
+}
+
+std::exception_ptr validate_call(const std::function<void()>& validate,
+                                 std::vector<std::int64_t>& signature) {
+  try {
+    validate();
+    return nullptr;
+  } catch (...) {
+    signature[kInvalid] = 1;
+    return std::current_exception();
+  }
+}
+
+void check_disjoint(const Communicator& comm, const char* op, const void* send,
+                    std::int64_t send_count, const void* recv, std::int64_t recv_count,
+                    DType dtype) {
+  // Compared as integers: ordering pointers into different arrays is unspecified in C++.
+  const auto bytes = static_cast<std::uintptr_t>(dtype_size(dtype));
+  const auto send_begin = reinterpret_cast<std::uintptr_t>(send);
+  const auto recv_begin = reinterpret_cast<std::uintptr_t>(recv);
+  const std::uintptr_t send_end = send_begin + static_cast<std::uintptr_t>(send_count) * bytes;
+  const std::uintptr_t recv_end = recv_begin + static_cast<std::uintptr_t>(recv_count) * bytes;
+  const bool overlap =
+      send_count > 0 && recv_count > 0 && send_begin < recv_end && recv_begin < send_end;
+  TS_CHECK(!overlap, op, " on ", describe(comm),
+           ": expected disjoint send and recv buffers, found overlapping ranges: send [", send,
+           ", +", send_count, " ", dtype_name(dtype), ") and recv [", recv, ", +", recv_count, " ",
+           dtype_name(dtype), "); ", op, " cannot run in place: pass a separate receive buffer");
 }
 
 void check_signatures(const Communicator& comm, const std::string& op,
@@ -71,6 +102,13 @@ void check_signatures(const Communicator& comm, const std::string& op,
   TS_CHECK(gathered.size() == len * static_cast<std::size_t>(n), "check_signatures: expected ",
            len * static_cast<std::size_t>(n), " values, found ", gathered.size());
   auto sig = [&](int r) { return gathered.data() + len * static_cast<std::size_t>(r); };
+  for (int r = 0; r < n; ++r)
+    if (sig(r)[kInvalid] != 0)
+      throw Error(detail::concat(
+          op, " on ", describe(comm), ": rank ", r, "'s call of ", call_name(sig(r)),
+          " failed that rank's own argument checks (its Error says why), so nobody started the "
+          "collective. Expected valid arguments on every rank; fix the call on rank ",
+          r, "."));
   const std::int64_t* first = sig(0);
   for (int r = 1; r < n; ++r) {
     const std::int64_t* other = sig(r);

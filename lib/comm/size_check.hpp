@@ -2,12 +2,15 @@
 // the other ranks passed (mpi, nccl; chapter 04). Before the collective, every rank all-gathers a
 // fixed-length signature of its call and compares all of them, so every rank raises the same
 // Error. The easy thing to get wrong: the check itself must never disagree in size across ranks,
-// or it hangs; every signature is 4 + 2N int64 long, whatever the collective.
+// or it hangs; every signature is 5 + 2N int64 long, whatever the collective, and a rank whose own
+// argument checks fail still joins the check (its signature says so) before it throws.
 #pragma once
 
 #include "comm/communicator.hpp"
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,14 +35,29 @@ std::size_t signature_length(int group_size);
 std::vector<std::int64_t> call_signature(int group_size, CollectiveKind kind, ReduceOp op,
                                          DType dtype, std::int64_t count, int root = -1);
 
-/// The signature of an all_to_all_v: the dtype and this rank's send and recv counts.
+/// The signature of an all_to_all_v: the dtype and this rank's send and recv counts (count
+/// vectors of the wrong length are allowed here; the rank's own checks reject them).
 std::vector<std::int64_t> call_signature_v(int group_size, DType dtype,
                                            const std::vector<std::int64_t>& send_counts,
                                            const std::vector<std::int64_t>& recv_counts);
 
+/// Runs `validate`, this rank's own checks of a call (counts in range, buffers that do not
+/// overlap, ...). When it throws, marks `signature` as the call of an invalid rank and returns the
+/// exception; nullptr when the call is valid. The caller joins the checking all-gather either way,
+/// then rethrows it, so the other ranks raise an Error too instead of waiting in the collective.
+std::exception_ptr validate_call(const std::function<void()>& validate,
+                                 std::vector<std::int64_t>& signature);
+
+/// Checks that `send` and `recv` (`send_count` and `recv_count` elements of `dtype`) share no
+/// byte: an Error naming `op`, `comm` and both ranges when they do.
+void check_disjoint(const Communicator& comm, const char* op, const void* send,
+                    std::int64_t send_count, const void* recv, std::int64_t recv_count,
+                    DType dtype);
+
 /// Compares the group's signatures (`gathered` holds rank 0's, then rank 1's, ...) and throws the
-/// Error for the first disagreement: another operation, root or reduce op, or sizes (through
-/// throw_size_mismatch). Every rank sees the same `gathered`, so every rank throws the same Error.
+/// Error for the first disagreement: a rank whose own checks failed, another operation, root or
+/// reduce op, or sizes (through throw_size_mismatch). Every rank sees the same `gathered`, so every
+/// rank throws the same Error.
 void check_signatures(const Communicator& comm, const std::string& op,
                       const std::vector<std::int64_t>& gathered);
 

@@ -56,3 +56,36 @@ TEST_CASE("mpi checking mode catches an all_to_all_v whose counts do not pair up
   world->all_to_all_v(send.data(), send_counts, recv.data(), recv_counts, DType::Float32);
   REQUIRE(recv[2 * n - 1] == 1.0f);
 }
+
+TEST_CASE(
+    "mpi checking mode turns one rank's invalid arguments into an Error on every rank at once",
+    "[checking]") {
+  auto world = test::mpi_world(std::chrono::seconds(20), true);
+  const int n = world->size(), r = world->rank();
+  const auto start = std::chrono::steady_clock::now();
+  // Rank 2 passes a count MPI cannot take (above INT_MAX): it raises that Error, the others one
+  // naming rank 2, and nobody waits for the 20 s deadline.
+  std::vector<float> x(8, 1.0f);
+  const std::int64_t count = r == 2 ? std::int64_t{1} << 31 : 8;
+  const std::string message = test::error_message(
+      [&] { world->all_reduce(x.data(), x.data(), count, DType::Float32, ReduceOp::Sum); });
+  if (r == 2)
+    REQUIRE_THAT(message, Contains("expected a count between 0 and 2147483647"));
+  else
+    REQUIRE_THAT(message, Contains("all_reduce on group 'world'") &&
+                              Contains("rank 2's call of all_reduce(sum)") &&
+                              Contains("own argument checks"));
+  // Rank 1 passes overlapping all_to_all buffers.
+  std::vector<float> send(2 * n, 1.0f), recv(2 * n);
+  float* target = r == 1 ? send.data() + 1 : recv.data();
+  const std::string overlap =
+      test::error_message([&] { world->all_to_all(send.data(), target, 2, DType::Float32); });
+  if (r == 1)
+    REQUIRE_THAT(overlap, Contains("expected disjoint send and recv buffers"));
+  else
+    REQUIRE_THAT(overlap, Contains("rank 1's call of all_to_all"));
+  REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  // Nothing was started, so the next, valid collective works.
+  world->all_reduce(x.data(), x.data(), 8, DType::Float32, ReduceOp::Sum);
+  REQUIRE(x[0] == static_cast<float>(n));
+}

@@ -8,6 +8,7 @@
 #include <thread>
 
 using namespace tinyscale;
+using Catch::Matchers::Contains;
 using comm::ReduceOp;
 using test::input;
 using test::input_value;
@@ -101,6 +102,28 @@ TEMPLATE_TEST_CASE("mpi all_to_all sends block j to rank j and receives block i 
       for (std::int64_t k = 0; k < block; ++k)
         REQUIRE(recv[i * block + k] == static_cast<TestType>(100 * i + 10 * r + k));
   }
+}
+
+TEST_CASE("mpi all_to_all and all_to_all_v refuse overlapping send and recv buffers",
+          "[collectives]") {
+  auto world = test::mpi_world();
+  const int n = world->size();
+  std::vector<float> buffer(3 * n, 1.0f);
+  // Every rank makes the same mistake, so every rank raises it before anything starts.
+  REQUIRE_THAT(test::error_message(
+                   [&] { world->all_to_all(buffer.data(), buffer.data(), 2, DType::Float32); }),
+               Contains("all_to_all on group 'world'") &&
+                   Contains("expected disjoint send and recv buffers, found overlapping") &&
+                   Contains("pass a separate receive buffer"));
+  const std::vector<std::int64_t> counts(n, 1);
+  REQUIRE_THAT(test::error_message([&] {
+                 world->all_to_all_v(buffer.data(), counts, buffer.data() + n - 1, counts,
+                                     DType::Float32);
+               }),
+               Contains("all_to_all_v on group 'world'") && Contains("overlapping"));
+  // Adjacent but disjoint blocks of one allocation are fine.
+  world->all_to_all_v(buffer.data(), counts, buffer.data() + n, counts, DType::Float32);
+  REQUIRE(buffer[n] == 1.0f);
 }
 
 TEST_CASE("mpi all_to_all_v delivers irregular counts, empty blocks included", "[collectives]") {

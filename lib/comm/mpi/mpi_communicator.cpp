@@ -76,9 +76,15 @@ WorkHandle MpiCommunicator::collective_work(const char* op, MPI_Request request,
                                    std::move(finish));
 }
 
-void MpiCommunicator::check_call(const std::string& op,
-                                 const std::vector<std::int64_t>& signature) {
-  if (!options_.check_sizes) return;
+void MpiCommunicator::check_call(const std::string& op, std::vector<std::int64_t> signature,
+                                 const std::function<void()>& validate) {
+  if (!options_.check_sizes) {
+    if (validate) validate();
+    return;
+  }
+  // This rank's own checks run first but throw only after the all-gather, which every rank must
+  // join: otherwise one rank's bad argument would leave the others waiting in it.
+  const std::exception_ptr invalid = validate ? validate_call(validate, signature) : nullptr;
   std::vector<std::int64_t> gathered(signature.size() * static_cast<std::size_t>(size_));
   MPI_Request request;
   check_mpi(MPI_Iallgather(signature.data(), static_cast<int>(signature.size()), MPI_INT64_T,
@@ -86,6 +92,7 @@ void MpiCommunicator::check_call(const std::string& op,
                            &request),
             "MPI_Iallgather");
   MpiWork(*this, op + " (checking sizes)", -1, -1, MpiWork::Kind::Collective, request).wait();
+  if (invalid) std::rethrow_exception(invalid);
   check_signatures(*this, op, gathered);
 }
 
@@ -93,9 +100,11 @@ void MpiCommunicator::check_call(const std::string& op,
 
 WorkHandle MpiCommunicator::all_reduce_async(const void* send, void* recv, std::int64_t count,
                                              DType dtype, ReduceOp op) {
-  check_reducible(dtype, op, "all_reduce");
-  const int n = mpi_count(count, "all_reduce");
-  check_call("all_reduce", call_signature(size_, CollectiveKind::AllReduce, op, dtype, count));
+  int n = 0;
+  check_call("all_reduce", call_signature(size_, CollectiveKind::AllReduce, op, dtype, count), [&] {
+    check_reducible(dtype, op, "all_reduce");
+    n = mpi_count(count, "all_reduce");
+  });
   MPI_Request request;
   check_mpi(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, mpi_datatype(dtype),
                            mpi_op(op), comm_, &request),
@@ -116,11 +125,13 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::int64_t coun
 WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv,
                                                  std::int64_t recv_count, DType dtype,
                                                  ReduceOp op) {
-  check_reducible(dtype, op, "reduce_scatter");
-  const int n = mpi_count(recv_count, "reduce_scatter");
-  mpi_count(recv_count * size_, "reduce_scatter (the whole send buffer)");
+  int n = 0;
   check_call("reduce_scatter",
-             call_signature(size_, CollectiveKind::ReduceScatter, op, dtype, recv_count));
+             call_signature(size_, CollectiveKind::ReduceScatter, op, dtype, recv_count), [&] {
+               check_reducible(dtype, op, "reduce_scatter");
+               n = mpi_count(recv_count, "reduce_scatter");
+               mpi_count(recv_count * size_, "reduce_scatter (the whole send buffer)");
+             });
   const bool in_place = at(send, static_cast<std::int64_t>(rank_) * recv_count, dtype) == recv;
   // In place, reduce into a scratch block that the Work owns, then copy it to block `rank`.
   const std::size_t bytes = static_cast<std::size_t>(recv_count) * dtype_size(dtype);
@@ -146,10 +157,13 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::int64_t 
 
 WorkHandle MpiCommunicator::all_gather_async(const void* send, void* recv, std::int64_t send_count,
                                              DType dtype) {
-  const int n = mpi_count(send_count, "all_gather");
-  mpi_count(send_count * size_, "all_gather (the whole receive buffer)");
+  int n = 0;
   check_call("all_gather",
-             call_signature(size_, CollectiveKind::AllGather, ReduceOp::Sum, dtype, send_count));
+             call_signature(size_, CollectiveKind::AllGather, ReduceOp::Sum, dtype, send_count),
+             [&] {
+               n = mpi_count(send_count, "all_gather");
+               mpi_count(send_count * size_, "all_gather (the whole receive buffer)");
+             });
   const bool in_place = at(recv, static_cast<std::int64_t>(rank_) * send_count, dtype) == send;
   MPI_Request request;
   check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_datatype(dtype), recv, n,
@@ -166,11 +180,14 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::int64_t send
 // ---- broadcast, all_to_all(v), barrier -------------------------------------------------------
 
 void MpiCommunicator::broadcast(void* buffer, std::int64_t count, DType dtype, int root) {
-  TS_CHECK(root >= 0 && root < size_, "broadcast on ", describe(*this), ": expected a root in [0, ",
-           size_, "), found ", root);
-  const int n = mpi_count(count, "broadcast");
+  int n = 0;
   check_call("broadcast",
-             call_signature(size_, CollectiveKind::Broadcast, ReduceOp::Sum, dtype, count, root));
+             call_signature(size_, CollectiveKind::Broadcast, ReduceOp::Sum, dtype, count, root),
+             [&] {
+               TS_CHECK(root >= 0 && root < size_, "broadcast on ", describe(*this),
+                        ": expected a root in [0, ", size_, "), found ", root);
+               n = mpi_count(count, "broadcast");
+             });
   MPI_Request request;
   check_mpi(MPI_Ibcast(buffer, n, mpi_datatype(dtype), root, comm_, &request), "MPI_Ibcast");
   collective_work("broadcast", request)->wait();
@@ -178,10 +195,14 @@ void MpiCommunicator::broadcast(void* buffer, std::int64_t count, DType dtype, i
 
 void MpiCommunicator::all_to_all(const void* send, void* recv, std::int64_t count_per_rank,
                                  DType dtype) {
-  const int n = mpi_count(count_per_rank, "all_to_all");
-  mpi_count(count_per_rank * size_, "all_to_all (the whole buffer)");
+  int n = 0;
   check_call("all_to_all",
-             call_signature(size_, CollectiveKind::AllToAll, ReduceOp::Sum, dtype, count_per_rank));
+             call_signature(size_, CollectiveKind::AllToAll, ReduceOp::Sum, dtype, count_per_rank),
+             [&] {
+               n = mpi_count(count_per_rank, "all_to_all");
+               const int total = mpi_count(count_per_rank * size_, "all_to_all (the whole buffer)");
+               check_disjoint(*this, "all_to_all", send, total, recv, total, dtype);
+             });
   MPI_Request request;
   check_mpi(
       MPI_Ialltoall(send, n, mpi_datatype(dtype), recv, n, mpi_datatype(dtype), comm_, &request),
@@ -193,21 +214,23 @@ void MpiCommunicator::all_to_all_v(const void* send, const std::vector<std::int6
                                    void* recv, const std::vector<std::int64_t>& recv_counts,
                                    DType dtype) {
   const auto n = static_cast<std::size_t>(size_);
-  TS_CHECK(send_counts.size() == n && recv_counts.size() == n, "all_to_all_v on ", describe(*this),
-           ": expected ", n, " send and recv counts (one per rank), found ", send_counts.size(),
-           " and ", recv_counts.size());
   // MPI's counts and displacements are int: convert them, refusing anything past INT_MAX.
   std::vector<int> sc(n), sd(n), rc(n), rd(n);
-  std::int64_t send_offset = 0, recv_offset = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    sc[j] = mpi_count(send_counts[j], "all_to_all_v (a send count)");
-    rc[j] = mpi_count(recv_counts[j], "all_to_all_v (a recv count)");
-    sd[j] = mpi_count(send_offset, "all_to_all_v (a send displacement)");
-    rd[j] = mpi_count(recv_offset, "all_to_all_v (a recv displacement)");
-    send_offset += send_counts[j];
-    recv_offset += recv_counts[j];
-  }
-  check_call("all_to_all_v", call_signature_v(size_, dtype, send_counts, recv_counts));
+  check_call("all_to_all_v", call_signature_v(size_, dtype, send_counts, recv_counts), [&] {
+    TS_CHECK(send_counts.size() == n && recv_counts.size() == n, "all_to_all_v on ",
+             describe(*this), ": expected ", n, " send and recv counts (one per rank), found ",
+             send_counts.size(), " and ", recv_counts.size());
+    std::int64_t send_offset = 0, recv_offset = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      sc[j] = mpi_count(send_counts[j], "all_to_all_v (a send count)");
+      rc[j] = mpi_count(recv_counts[j], "all_to_all_v (a recv count)");
+      sd[j] = mpi_count(send_offset, "all_to_all_v (a send displacement)");
+      rd[j] = mpi_count(recv_offset, "all_to_all_v (a recv displacement)");
+      send_offset += send_counts[j];
+      recv_offset += recv_counts[j];
+    }
+    check_disjoint(*this, "all_to_all_v", send, send_offset, recv, recv_offset, dtype);
+  });
   MPI_Request request;
   check_mpi(MPI_Ialltoallv(send, sc.data(), sd.data(), mpi_datatype(dtype), recv, rc.data(),
                            rd.data(), mpi_datatype(dtype), comm_, &request),

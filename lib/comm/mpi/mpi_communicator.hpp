@@ -11,6 +11,7 @@
 #include "comm/communicator.hpp"
 #include "comm/mpi/mpi_request.hpp"
 
+#include <functional>
 #include <memory>
 #include <mpi.h>
 #include <string>
@@ -76,8 +77,11 @@ public:
   Transport& transport();
 
 private:
-  /// In checking mode, all-gathers `signature` and throws on every rank if the ranks disagree.
-  void check_call(const std::string& op, const std::vector<std::int64_t>& signature);
+  /// Runs `validate` (this rank's own argument checks, which may throw). In checking mode it then
+  /// all-gathers `signature` with the outcome first, so that an invalid call on one rank, or ranks
+  /// that disagree, raise an Error on every rank instead of leaving the others to time out.
+  void check_call(const std::string& op, std::vector<std::int64_t> signature,
+                  const std::function<void()>& validate = {});
   /// Checks that `peer` is a rank of this group and `tag` a valid user tag.
   void check_peer(const char* op, int peer, int tag) const;
   /// The Work of a started collective `op`.

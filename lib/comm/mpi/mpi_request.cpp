@@ -70,7 +70,15 @@ MpiWork::MpiWork(const Communicator& comm, std::string op, int peer, int tag, Ki
       finish_(std::move(finish)) {}
 
 MpiWork::~MpiWork() {
-  if (done_ || request_ == MPI_REQUEST_NULL) return;
+  if (done_ || timed_out_ || request_ == MPI_REQUEST_NULL) return;
+  if (std::uncaught_exceptions() > 0) {
+    // Unwinding from another failure (often a timeout of the operation next to this one): waiting
+    // a second full deadline here would only delay the report.
+    MPI_Status status;
+    let_go(status);
+    done_ = true;
+    return;
+  }
   try {
     wait();
   } catch (...) {
@@ -98,13 +106,19 @@ bool MpiWork::is_completed() {
   int flag = 0;
   MPI_Status status;
   const int rc = MPI_Test(&request_, &flag, &status);
+  if (timed_out_) {
+    // An abandoned collective: finished once MPI is done with its buffers; the result stays the
+    // timeout Error (finish_ does not run).
+    done_ = flag != 0 || rc != MPI_SUCCESS;
+    return done_;
+  }
   if (flag || rc != MPI_SUCCESS) complete(rc, status);
   return done_;
 }
 
 void MpiWork::wait() {
   const Clock::time_point started = Clock::now();
-  if (!done_) {
+  if (!done_ && !timed_out_) {
     MPI_Status status;
     const std::optional<int> rc = poll_until(request_, started + comm_.timeout(), status);
     if (rc)
@@ -115,25 +129,36 @@ void MpiWork::wait() {
   if (error_) std::rethrow_exception(error_);
 }
 
-void MpiWork::give_up(Clock::time_point started) {
-  const std::chrono::duration<double> waited = Clock::now() - started;
+bool MpiWork::let_go(MPI_Status& status) {
   if (kind_ == Kind::Recv) {
-    MPI_Status status;
     MPI_Cancel(&request_);
     MPI_Wait(&request_, &status); // returns at once for a cancelled receive
     int cancelled = 0;
     MPI_Test_cancelled(&status, &cancelled);
-    if (!cancelled) { // the message arrived while we cancelled: a success after all
-      complete(MPI_SUCCESS, status);
-      return;
-    }
-  } else if (kind_ == Kind::Send) {
-    MPI_Request_free(&request_); // finishes in the background if the peer ever receives
+    return !cancelled;
   }
+  if (kind_ == Kind::Send)
+    MPI_Request_free(&request_); // finishes in the background if the peer ever receives
   // A collective stays pending: MPI forbids cancelling or freeing it.
-  done_ = true;
-  error_ = nullptr;
-  throw_timeout(comm_, op_, peer_, tag_, waited);
+  return false;
+}
+
+void MpiWork::give_up(Clock::time_point started) {
+  const std::chrono::duration<double> waited = Clock::now() - started;
+  MPI_Status status;
+  if (let_go(status)) { // the message arrived while we cancelled: a success after all
+    complete(MPI_SUCCESS, status);
+    return;
+  }
+  // A cancelled recv and a released send are over; an abandoned collective is not (is_completed).
+  done_ = kind_ != Kind::Collective;
+  timed_out_ = true;
+  try {
+    throw_timeout(comm_, op_, peer_, tag_, waited);
+  } catch (...) {
+    error_ = std::current_exception(); // every later wait() rethrows it
+  }
+  std::rethrow_exception(error_);
 }
 
 } // namespace tinyscale::comm

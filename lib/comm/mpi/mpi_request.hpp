@@ -35,6 +35,11 @@ using Clock = std::chrono::steady_clock;
 std::optional<int> poll_until(MPI_Request& request, Clock::time_point deadline, MPI_Status& status);
 
 /// An operation in flight: one MPI request plus what to do when it completes.
+///
+/// After a timeout the operation is failed for good: every later wait() rethrows the same timeout
+/// Error. Treat the communicator as broken then: report and exit (run_world aborts every rank).
+/// A timed-out recv is cancelled (its buffer is never written), but MPI may still read a timed-out
+/// send's buffer and write an abandoned collective's buffers, so keep them alive until exit.
 class MpiWork final : public Work {
 public:
   /// What the request is; it decides what a timeout does with it. A recv is cancelled; a send is
@@ -48,19 +53,28 @@ public:
   /// Wraps a started `request` of operation `op` on `comm` (peer and tag for messages, -1: none).
   MpiWork(const Communicator& comm, std::string op, int peer, int tag, Kind kind,
           MPI_Request request, Finish finish = {});
-  /// A Work that never waited completes (or times out) here; errors are swallowed.
+  /// A Work that was never waited for completes (or times out) here; errors are swallowed. While
+  /// an exception unwinds the stack it does not wait at all: it cancels a recv, releases a send
+  /// and abandons a collective at once, so a failure is reported after one deadline, not two.
   ~MpiWork() override;
   MpiWork(const MpiWork&) = delete;
   MpiWork& operator=(const MpiWork&) = delete;
 
   void wait() override;
+  /// True once MPI has finished with the request. For a collective abandoned at its deadline this
+  /// stays false until MPI completes it (it may still write the buffers); wait() still throws the
+  /// timeout either way.
   bool is_completed() override;
 
 private:
   /// Handles a completed request: checks MPI's code, runs `finish_`; stores any error.
   void complete(int rc, const MPI_Status& status);
-  /// At the deadline: cancels a recv (returning normally if the message arrived meanwhile),
-  /// releases a send, leaves a collective pending; then throws the timeout Error.
+  /// Lets go of a request nobody will wait for: cancels a recv, releases a send, leaves a
+  /// collective pending. True when a recv turns out to have completed (the message arrived while
+  /// it was being cancelled); `status` is then its status.
+  bool let_go(MPI_Status& status);
+  /// At the deadline: lets go of the request (returning normally if a recv's message arrived
+  /// meanwhile), then stores the timeout Error for every later wait() and throws it.
   void give_up(Clock::time_point started);
 
   const Communicator& comm_;
@@ -70,7 +84,8 @@ private:
   Kind kind_;
   MPI_Request request_;
   Finish finish_;
-  bool done_ = false;
+  bool done_ = false;      ///< MPI has finished with the request (or it was cancelled, released)
+  bool timed_out_ = false; ///< the deadline passed; error_ holds the timeout Error
   std::exception_ptr error_;
 };
 

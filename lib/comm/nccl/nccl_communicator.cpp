@@ -9,8 +9,10 @@
 #include "comm/size_check.hpp"
 #include "core/error.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 namespace tinyscale::comm {
 
@@ -59,11 +61,32 @@ void NcclCommunicator::finish_setup() {
   check_nccl(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank", comm_);
   check_nccl(ncclCommCount(comm_, &size_), "ncclCommCount", comm_);
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  // Room for the largest gather_host (one call signature per rank) and the barrier's element.
+  scratch_count_ = signature_length(size_) * static_cast<std::size_t>(size_);
+  const std::size_t bytes = scratch_count_ * sizeof(std::int64_t);
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), bytes), "cudaMalloc");
+  check_cuda(cudaMallocHost(reinterpret_cast<void**>(&staging_), bytes), "cudaMallocHost");
 }
 
 NcclCommunicator::~NcclCommunicator() {
   cudaSetDevice(device_);
+  if (!aborted_ && comm_) {
+    if (std::uncaught_exceptions() > 0) {
+      abort(); // unwinding from a failure (often a timeout): do not wait a second deadline
+    } else {
+      // ncclCommDestroy flushes the work still on the stream with no deadline; wait for it here
+      // with one (NcclWork::wait aborts the communicator when it passes).
+      try {
+        NcclWork(*this, "destroying the communicator", -1, -1).wait();
+      } catch (...) {
+        // A destructor must not throw; the communicator is aborted and goes away regardless.
+      }
+    }
+  }
   if (!aborted_ && comm_) ncclCommDestroy(comm_); // finalises (flushes) first, then frees
+  // The stream is idle now, or its NCCL kernels were stopped by the abort, so the frees below
+  // (which wait for the GPU) do not wait for a missing rank.
+  if (staging_) cudaFreeHost(staging_);
   if (scratch_) cudaFree(scratch_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -92,32 +115,40 @@ std::vector<std::int64_t> NcclCommunicator::gather_host(const std::vector<std::i
   enter(op);
   const std::size_t per_rank = mine.size();
   const std::size_t total = per_rank * static_cast<std::size_t>(size_);
-  if (scratch_count_ < total) {
-    if (scratch_) check_cuda(cudaFree(scratch_), "cudaFree");
-    scratch_ = nullptr;
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), total * sizeof(std::int64_t)),
-               "cudaMalloc");
-    scratch_count_ = total;
-  }
-  // In place: this rank's values go to block `rank` of the gathered buffer.
-  std::int64_t* my_block = scratch_ + per_rank * static_cast<std::size_t>(rank_);
-  std::vector<std::int64_t> gathered(total);
-  check_cuda(cudaMemcpyAsync(my_block, mine.data(), per_rank * sizeof(std::int64_t),
+  TS_CHECK(total <= scratch_count_, op, " on ", describe(*this), ": expected at most ",
+           scratch_count_, " values to all-gather (one call signature per rank), found ", total,
+           "; gather_host's buffers are sized in finish_setup, enlarge them there");
+  // In place: this rank's values go to block `rank` of the gathered buffer. Both copies use
+  // pinned host memory, so neither blocks the host: a device-to-pageable copy would wait for the
+  // all-gather with no deadline, and a pageable-to-device one may wait for earlier work on the
+  // stream. The only wait is NcclWork's, which has the deadline.
+  const std::size_t offset = per_rank * static_cast<std::size_t>(rank_);
+  std::copy(mine.begin(), mine.end(), staging_ + offset);
+  check_cuda(cudaMemcpyAsync(scratch_ + offset, staging_ + offset, per_rank * sizeof(std::int64_t),
                              cudaMemcpyHostToDevice, stream_),
              "cudaMemcpyAsync");
-  check_nccl(ncclAllGather(my_block, scratch_, per_rank, ncclInt64, comm_, stream_),
+  check_nccl(ncclAllGather(scratch_ + offset, scratch_, per_rank, ncclInt64, comm_, stream_),
              "ncclAllGather", comm_);
-  check_cuda(cudaMemcpyAsync(gathered.data(), scratch_, total * sizeof(std::int64_t),
+  check_cuda(cudaMemcpyAsync(staging_, scratch_, total * sizeof(std::int64_t),
                              cudaMemcpyDeviceToHost, stream_),
              "cudaMemcpyAsync");
   NcclWork(*this, op, -1, -1).wait();
-  return gathered;
+  return std::vector<std::int64_t>(staging_, staging_ + total);
 }
 
-void NcclCommunicator::check_call(const std::string& op,
-                                  const std::vector<std::int64_t>& signature) {
-  if (!options_.check_sizes) return;
-  check_signatures(*this, op, gather_host(signature, (op + " (checking sizes)").c_str()));
+void NcclCommunicator::check_call(const std::string& op, std::vector<std::int64_t> signature,
+                                  const std::function<void()>& validate) {
+  if (!options_.check_sizes) {
+    if (validate) validate();
+    return;
+  }
+  // This rank's own checks run first but throw only after the all-gather, which every rank must
+  // join: otherwise one rank's bad argument would leave the others waiting in it.
+  const std::exception_ptr invalid = validate ? validate_call(validate, signature) : nullptr;
+  const std::vector<std::int64_t> gathered =
+      gather_host(signature, (op + " (checking sizes)").c_str());
+  if (invalid) std::rethrow_exception(invalid);
+  check_signatures(*this, op, gathered);
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {

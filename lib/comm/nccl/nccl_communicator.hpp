@@ -4,13 +4,15 @@
 // deadline. NCCL has no tags: point-to-point messages between two ranks match in call order, and
 // two ranks that both isend to each other before their irecv deadlock (use send_recv, which
 // groups the pair). The easy thing to get wrong: after a timeout the communicator is aborted
-// (ncclCommAbort) and every later call on it is an Error; create a new one.
+// (ncclCommAbort) and every later call on it is an Error; and no call before the deadline-aware
+// wait may block the host on the stream (pageable copies, cudaFree do), or a missing rank hangs.
 #pragma once
 
 #include "comm/communicator.hpp"
 
 #include <cstdint>
 #include <cuda_runtime_api.h>
+#include <functional>
 #include <memory>
 #include <nccl.h>
 #include <string>
@@ -25,6 +27,8 @@ public:
   /// one rank) into an NCCL world: this rank uses GPU (local rank mod visible GPUs), rank 0
   /// creates NCCL's unique id and broadcasts it over `bootstrap`.
   NcclCommunicator(Communicator* bootstrap, std::string name, const CommOptions& options);
+  /// Waits (up to the deadline) for the work still on the stream, then destroys the NCCL
+  /// communicator; aborts it instead after that deadline, or at once while an exception unwinds.
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -86,15 +90,20 @@ private:
   NcclCommunicator(ncclComm_t comm, int device, std::string name, const CommOptions& options);
   /// Makes this rank's GPU current and refuses an aborted communicator.
   void enter(const char* op);
-  /// Creates the stream and the scratch buffer; fills rank_, size_.
+  /// Fills rank_, size_; creates the stream and the scratch buffers (device and pinned host),
+  /// once, while nothing is in flight: allocating or freeing later can wait for the whole GPU.
   void finish_setup();
-  /// All-gathers one int64 per rank through the device scratch buffer.
+  /// All-gathers `mine` (the same length on every rank) through the scratch buffers. It waits
+  /// only in NcclWork::wait, with the deadline: every copy is async, to or from pinned memory.
   std::vector<std::int64_t> gather_host(const std::vector<std::int64_t>& mine, const char* op);
   /// The grouped ncclSend/ncclRecv of all_to_all(v), waited for.
   void exchange(const char* op, const void* send, const std::vector<std::int64_t>& send_counts,
                 void* recv, const std::vector<std::int64_t>& recv_counts, DType dtype);
-  /// In checking mode, all-gathers the call's signature and throws on every rank on disagreement.
-  void check_call(const std::string& op, const std::vector<std::int64_t>& signature);
+  /// Runs `validate` (this rank's own argument checks, which may throw). In checking mode it then
+  /// all-gathers `signature` with the outcome first, so that an invalid call on one rank, or ranks
+  /// that disagree, raise an Error on every rank instead of leaving the others to time out.
+  void check_call(const std::string& op, std::vector<std::int64_t> signature,
+                  const std::function<void()>& validate = {});
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
@@ -106,7 +115,8 @@ private:
   CommOptions options_;
   bool aborted_ = false;
   std::int64_t* scratch_ = nullptr; ///< device memory for barrier and signatures
-  std::size_t scratch_count_ = 0;
+  std::int64_t* staging_ = nullptr; ///< pinned host memory, the host side of gather_host
+  std::size_t scratch_count_ = 0;   ///< elements of scratch_ and of staging_
 };
 
 } // namespace tinyscale::comm

@@ -51,12 +51,14 @@ private:
 
 WorkHandle NcclCommunicator::all_reduce_async(const void* send, void* recv, std::int64_t count,
                                               DType dtype, ReduceOp op) {
-  check_reducible(dtype, op, "all_reduce");
-  check_call("all_reduce", call_signature(size_, CollectiveKind::AllReduce, op, dtype, count));
+  std::size_t n = 0;
+  check_call("all_reduce", call_signature(size_, CollectiveKind::AllReduce, op, dtype, count), [&] {
+    check_reducible(dtype, op, "all_reduce");
+    n = to_size(count, "all_reduce");
+  });
   enter("all_reduce");
-  if (to_size(count, "all_reduce") > 0)
-    check_nccl(ncclAllReduce(send, recv, to_size(count, "all_reduce"), nccl_datatype(dtype),
-                             nccl_op(op), comm_, stream_),
+  if (n > 0)
+    check_nccl(ncclAllReduce(send, recv, n, nccl_datatype(dtype), nccl_op(op), comm_, stream_),
                "ncclAllReduce", comm_);
   return std::make_unique<NcclWork>(*this, "all_reduce", -1, -1);
 }
@@ -69,13 +71,15 @@ void NcclCommunicator::all_reduce(const void* send, void* recv, std::int64_t cou
 WorkHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv,
                                                   std::int64_t recv_count, DType dtype,
                                                   ReduceOp op) {
-  check_reducible(dtype, op, "reduce_scatter");
+  std::size_t n = 0;
   check_call("reduce_scatter",
-             call_signature(size_, CollectiveKind::ReduceScatter, op, dtype, recv_count));
+             call_signature(size_, CollectiveKind::ReduceScatter, op, dtype, recv_count), [&] {
+               check_reducible(dtype, op, "reduce_scatter");
+               n = to_size(recv_count, "reduce_scatter");
+             });
   enter("reduce_scatter");
-  if (to_size(recv_count, "reduce_scatter") > 0)
-    check_nccl(ncclReduceScatter(send, recv, to_size(recv_count, "reduce_scatter"),
-                                 nccl_datatype(dtype), nccl_op(op), comm_, stream_),
+  if (n > 0)
+    check_nccl(ncclReduceScatter(send, recv, n, nccl_datatype(dtype), nccl_op(op), comm_, stream_),
                "ncclReduceScatter", comm_);
   return std::make_unique<NcclWork>(*this, "reduce_scatter", -1, -1);
 }
@@ -87,13 +91,14 @@ void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::int64_t
 
 WorkHandle NcclCommunicator::all_gather_async(const void* send, void* recv, std::int64_t send_count,
                                               DType dtype) {
+  std::size_t n = 0;
   check_call("all_gather",
-             call_signature(size_, CollectiveKind::AllGather, ReduceOp::Sum, dtype, send_count));
+             call_signature(size_, CollectiveKind::AllGather, ReduceOp::Sum, dtype, send_count),
+             [&] { n = to_size(send_count, "all_gather"); });
   enter("all_gather");
-  if (to_size(send_count, "all_gather") > 0)
-    check_nccl(ncclAllGather(send, recv, to_size(send_count, "all_gather"), nccl_datatype(dtype),
-                             comm_, stream_),
-               "ncclAllGather", comm_);
+  if (n > 0)
+    check_nccl(ncclAllGather(send, recv, n, nccl_datatype(dtype), comm_, stream_), "ncclAllGather",
+               comm_);
   return std::make_unique<NcclWork>(*this, "all_gather", -1, -1);
 }
 
@@ -103,14 +108,17 @@ void NcclCommunicator::all_gather(const void* send, void* recv, std::int64_t sen
 }
 
 void NcclCommunicator::broadcast(void* buffer, std::int64_t count, DType dtype, int root) {
-  TS_CHECK(root >= 0 && root < size_, "broadcast on ", describe(*this), ": expected a root in [0, ",
-           size_, "), found ", root);
+  std::size_t n = 0;
   check_call("broadcast",
-             call_signature(size_, CollectiveKind::Broadcast, ReduceOp::Sum, dtype, count, root));
+             call_signature(size_, CollectiveKind::Broadcast, ReduceOp::Sum, dtype, count, root),
+             [&] {
+               TS_CHECK(root >= 0 && root < size_, "broadcast on ", describe(*this),
+                        ": expected a root in [0, ", size_, "), found ", root);
+               n = to_size(count, "broadcast");
+             });
   enter("broadcast");
-  if (to_size(count, "broadcast") > 0)
-    check_nccl(ncclBroadcast(buffer, buffer, to_size(count, "broadcast"), nccl_datatype(dtype),
-                             root, comm_, stream_),
+  if (n > 0)
+    check_nccl(ncclBroadcast(buffer, buffer, n, nccl_datatype(dtype), root, comm_, stream_),
                "ncclBroadcast", comm_);
   NcclWork(*this, "broadcast", -1, -1).wait();
 }
@@ -118,7 +126,12 @@ void NcclCommunicator::broadcast(void* buffer, std::int64_t count, DType dtype, 
 void NcclCommunicator::all_to_all(const void* send, void* recv, std::int64_t count_per_rank,
                                   DType dtype) {
   check_call("all_to_all",
-             call_signature(size_, CollectiveKind::AllToAll, ReduceOp::Sum, dtype, count_per_rank));
+             call_signature(size_, CollectiveKind::AllToAll, ReduceOp::Sum, dtype, count_per_rank),
+             [&] {
+               const std::int64_t total =
+                   static_cast<std::int64_t>(to_size(count_per_rank, "all_to_all")) * size_;
+               check_disjoint(*this, "all_to_all", send, total, recv, total, dtype);
+             });
   const std::vector<std::int64_t> counts(static_cast<std::size_t>(size_), count_per_rank);
   exchange("all_to_all", send, counts, recv, counts, dtype);
 }
@@ -127,10 +140,17 @@ void NcclCommunicator::all_to_all_v(const void* send, const std::vector<std::int
                                     void* recv, const std::vector<std::int64_t>& recv_counts,
                                     DType dtype) {
   const auto n = static_cast<std::size_t>(size_);
-  TS_CHECK(send_counts.size() == n && recv_counts.size() == n, "all_to_all_v on ", describe(*this),
-           ": expected ", n, " send and recv counts (one per rank), found ", send_counts.size(),
-           " and ", recv_counts.size());
-  check_call("all_to_all_v", call_signature_v(size_, dtype, send_counts, recv_counts));
+  check_call("all_to_all_v", call_signature_v(size_, dtype, send_counts, recv_counts), [&] {
+    TS_CHECK(send_counts.size() == n && recv_counts.size() == n, "all_to_all_v on ",
+             describe(*this), ": expected ", n, " send and recv counts (one per rank), found ",
+             send_counts.size(), " and ", recv_counts.size());
+    std::int64_t send_total = 0, recv_total = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      send_total += static_cast<std::int64_t>(to_size(send_counts[j], "all_to_all_v"));
+      recv_total += static_cast<std::int64_t>(to_size(recv_counts[j], "all_to_all_v"));
+    }
+    check_disjoint(*this, "all_to_all_v", send, send_total, recv, recv_total, dtype);
+  });
   exchange("all_to_all_v", send, send_counts, recv, recv_counts, dtype);
 }
 
@@ -165,11 +185,7 @@ void NcclCommunicator::exchange(const char* op, const void* send,
 void NcclCommunicator::barrier() {
   check_call("barrier",
              call_signature(size_, CollectiveKind::Barrier, ReduceOp::Sum, DType::Float32, 0));
-  enter("barrier");
-  if (scratch_count_ == 0) {
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(std::int64_t)), "cudaMalloc");
-    scratch_count_ = 1;
-  }
+  enter("barrier"); // scratch_ was allocated by finish_setup (never here: cudaMalloc may block)
   check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclInt64, ncclSum, comm_, stream_),
              "ncclAllReduce", comm_);
   NcclWork(*this, "barrier", -1, -1).wait();
