@@ -45,17 +45,6 @@ std::string describe(const Communicator& comm) {
                         ")");
 }
 
-void check_disjoint(const void* send, std::size_t send_bytes, const void* recv,
-                    std::size_t recv_bytes, const char* op) {
-  if (send_bytes == 0 || recv_bytes == 0) return;
-  const auto s = reinterpret_cast<std::uintptr_t>(send);
-  const auto r = reinterpret_cast<std::uintptr_t>(recv);
-  TS_CHECK(s + send_bytes <= r || r + recv_bytes <= s, op,
-           ": expected disjoint send and receive buffers, found the ", send_bytes,
-           " bytes sent overlapping the ", recv_bytes,
-           " bytes received (it cannot run in place); receive into a separate buffer");
-}
-
 void throw_timeout(const Communicator& comm, const std::string& op, int peer, int tag,
                    std::chrono::duration<double> waited) {
   char seconds[32];

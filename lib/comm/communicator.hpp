@@ -10,7 +10,6 @@
 #include "core/dtype.hpp"
 
 #include <chrono>
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -124,11 +123,6 @@ public:
 
 /// "group 'dp' (rank 1 of 4, world rank 5)": how every message names a communicator.
 std::string describe(const Communicator& comm);
-
-/// Throws unless the `send_bytes` at `send` and the `recv_bytes` at `recv` are disjoint, naming
-/// `op` (all-to-all cannot run in place: block j is overwritten before it is sent).
-void check_disjoint(const void* send, std::size_t send_bytes, const void* recv,
-                    std::size_t recv_bytes, const char* op);
 
 /// Raises the timeout Error of a blocking operation that waited `waited` for `peer` (-1: no single
 /// peer, e.g. a collective inside MPI or NCCL).

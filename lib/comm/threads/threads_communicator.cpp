@@ -8,6 +8,7 @@
 
 #include "comm/algorithms.hpp"
 #include "comm/reduce.hpp"
+#include "comm/size_check.hpp"
 #include "comm/threads/threads_transport.hpp"
 #include "core/error.hpp"
 
@@ -169,9 +170,8 @@ void ThreadsCommunicator::broadcast(void* buffer, std::int64_t count, DType dtyp
 void ThreadsCommunicator::all_to_all(const void* send, void* recv, std::int64_t count_per_rank,
                                      DType dtype) {
   check_count(count_per_rank, "all_to_all", "count_per_rank");
-  const std::size_t bytes = static_cast<std::size_t>(count_per_rank) *
-                            static_cast<std::size_t>(size()) * dtype_size(dtype);
-  check_disjoint(send, bytes, recv, bytes, "all_to_all");
+  const std::int64_t total = count_per_rank * size();
+  check_disjoint(*this, "all_to_all", send, total, recv, total, dtype);
   const std::vector<std::int64_t> counts(size(), count_per_rank);
   run_collective(
       "all_to_all", count_per_rank, dtype, CollectiveArgument::none(),
@@ -182,12 +182,12 @@ void ThreadsCommunicator::all_to_all_v(const void* send,
                                        const std::vector<std::int64_t>& send_counts, void* recv,
                                        const std::vector<std::int64_t>& recv_counts, DType dtype) {
   // The counts differ between ranks by design; each message's size is checked instead.
-  const auto total = [&](const std::vector<std::int64_t>& counts) {
+  const auto total = [](const std::vector<std::int64_t>& counts) {
     std::int64_t sum = 0;
     for (const std::int64_t c : counts) sum += std::max<std::int64_t>(c, 0); // checked below
-    return static_cast<std::size_t>(sum) * dtype_size(dtype);
+    return sum;
   };
-  check_disjoint(send, total(send_counts), recv, total(recv_counts), "all_to_all_v");
+  check_disjoint(*this, "all_to_all_v", send, total(send_counts), recv, total(recv_counts), dtype);
   run_collective("all_to_all_v", -1, dtype, CollectiveArgument::none(), [&](Transport& t) {
     pairwise_all_to_all_v(t, send, send_counts, recv, recv_counts, dtype);
   });
