@@ -23,6 +23,10 @@ ModelFlops model_flops(const nn::ModelConfig& cfg, std::int64_t seq_len) {
   const double V = static_cast<double>(cfg.vocab_size);
   const double s = static_cast<double>(seq_len);
   const double l = static_cast<double>(cfg.n_layer);
+  // Count N (parameters that take part in a matmul, per token: only the top_k experts of a MoE
+  // layer work on a token) and the attention term; THEORY.md sec. 2 has the formula.
+  ModelFlops f;
+  // EXERCISE 2.3 begin: model FLOPs per token (PaLM's 6N + 12 l C s)
   double n = 0;
   for (int layer = 0; layer < cfg.n_layer; ++layer) {
     n += 4 * C * C; // c_attn [C, 3C] + attn c_proj [C, C]
@@ -34,12 +38,12 @@ ModelFlops model_flops(const nn::ModelConfig& cfg, std::int64_t seq_len) {
     }
   }
   n += V * C; // tied head: logits = x @ wte^T
-  ModelFlops f;
   f.matmul_params = n;
   // Per layer and token: QK^T is a [1, C] x [C, s] product over the heads (2·s·C), AV the same.
   f.attention_per_token = 4 * l * C * s;
   f.forward_per_token = 2 * n + f.attention_per_token;
   f.train_per_token = 3 * f.forward_per_token;
+  // EXERCISE 2.3 end
   return f;
 }
 

@@ -12,7 +12,10 @@ std::vector<std::int64_t> top_k_experts(const Tensor& probs, int k) {
   const std::int64_t n = probs.size(0), e = probs.size(1);
   TS_CHECK(k >= 1 && k <= e, "top_k_experts: expected 1 <= k <= E = ", e, ", found k = ", k);
   const std::vector<double> p = probs.to_vector();
+  // out[t * k + j] = the expert of token t's j-th choice: the j-th largest probability of row t,
+  // ties going to the lower expert index (so every run, and every rank, routes alike).
   std::vector<std::int64_t> out(static_cast<std::size_t>(n * k));
+  // EXERCISE 3.1 begin: top-k routing
   for (std::int64_t t = 0; t < n; ++t) {
     const double* row = p.data() + t * e;
     for (int j = 0; j < k; ++j) {
@@ -25,18 +28,25 @@ std::vector<std::int64_t> top_k_experts(const Tensor& probs, int k) {
       out[static_cast<std::size_t>(t * k + j)] = best;
     }
   }
+  // EXERCISE 3.1 end
   return out;
 }
 
 std::int64_t expert_capacity(double capacity_factor, std::int64_t tokens, int k, int n_experts) {
+  // ceil(factor * tokens * k / E), at least 1; a factor <= 0 means dropless (room for every one).
+  // EXERCISE 3.2 begin: expert capacity and token dropping
   if (capacity_factor <= 0) return tokens * k;
   const double c = std::ceil(capacity_factor * static_cast<double>(tokens * k) / n_experts);
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(c));
+  // EXERCISE 3.2 end
 }
 
 void assign_capacity(Routing& routing, std::int64_t tokens, int k, int n_experts,
                      std::int64_t capacity) {
+  // Fill routing.kept[e] (the assignments a = t * k + j expert e keeps, in the order it takes
+  // them) and routing.dropped. All first choices are served before any second choice.
   routing.capacity = capacity;
+  // EXERCISE 3.2 begin: expert capacity and token dropping
   routing.kept.assign(static_cast<std::size_t>(n_experts), {});
   routing.dropped = 0;
   for (int j = 0; j < k; ++j)
@@ -49,15 +59,21 @@ void assign_capacity(Routing& routing, std::int64_t tokens, int k, int n_experts
       else
         ++routing.dropped;
     }
+  // EXERCISE 3.2 end
 }
 
 Tensor load_balancing_loss(const Tensor& probs, const std::vector<std::int64_t>& expert, int k) {
   const std::int64_t n = probs.size(0), e = probs.size(1);
+  // f_i = the fraction of the n * k assignments that chose expert i (counted over all k choices,
+  // as Megatron-Core does), P_i = the mean router probability of expert i over the n tokens.
+  // f is a constant (no gradient flows through a count); P_i carries the gradient to the router.
+  // EXERCISE 3.3 begin: the Switch load-balancing loss
   std::vector<double> f(static_cast<std::size_t>(e), 0.0);
   for (std::int64_t x : expert) f[static_cast<std::size_t>(x)] += 1.0 / static_cast<double>(n * k);
   Tensor fraction = Tensor::from_vector(f, Shape({e}), probs.dtype(), probs.device());
   Tensor mean_prob = mean(probs, {0}); // P_i, [E]
   return sum(mean_prob * fraction) * static_cast<double>(e);
+  // EXERCISE 3.3 end
 }
 
 Tensor router_z_loss(const Tensor& logits) { return mean(pow_scalar(logsumexp(logits), 2.0)); }

@@ -26,9 +26,15 @@ Block::Block(ParameterList& params, int layer, const ModelConfig& config, std::u
 }
 
 FeedForwardOutput Block::forward(const Tensor& x, const ForwardContext& ctx) const {
+  // GPT-2 normalises before each sub-layer (pre-LN) and adds each sub-layer's output to the
+  // residual stream x. The MLP (dense or MoE) returns its output in .y, plus MoE losses and
+  // statistics that must travel with it.
+  FeedForwardOutput out;
+  // EXERCISE 2.2 begin: the pre-LayerNorm transformer block
   Tensor h = x + attn_.forward(ln_1_.forward(x), ctx);
-  FeedForwardOutput out = mlp_->forward(ln_2_.forward(h), ctx);
+  out = mlp_->forward(ln_2_.forward(h), ctx);
   out.y = h + out.y;
+  // EXERCISE 2.2 end
   return out;
 }
 

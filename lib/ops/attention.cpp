@@ -21,10 +21,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
            "scaled_dot_product_attention: expected q, k, v of one shape [B, H, T, D], found ",
            q.shape().str(), ", ", k.shape().str(), ", ", v.shape().str());
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  // Fill probs ([B, H, T, T], saved for the backward) and out ([B, H, T, D]) with the
+  // backend's primitives: detail::gemm(x, y, trans_x, trans_y, alpha) = alpha op(x) @ op(y), and
+  // backend_of(q).softmax(in, out, log, causal) over the last axis.
+  Tensor probs;
+  Tensor out;
+  // EXERCISE 2.1 begin: causal scaled dot-product attention forward
   Tensor scores = detail::gemm(q, k, false, true, scale); // [B, H, T, T]
-  Tensor probs = Tensor::empty(scores.shape(), q.dtype(), q.device());
+  probs = Tensor::empty(scores.shape(), q.dtype(), q.device());
   backend_of(q).softmax(scores, probs, /*log=*/false, /*causal=*/true);
-  Tensor out = detail::gemm(probs, v, false, false); // [B, H, T, D]
+  out = detail::gemm(probs, v, false, false); // [B, H, T, D]
+  // EXERCISE 2.1 end
   return record_op("scaled_dot_product_attention", out, {q, k, v},
                    [q = q.detach(), k = k.detach(), v = v.detach(), probs, scale](const Tensor& g) {
                      Tensor dv = detail::gemm(probs, g, true, false);

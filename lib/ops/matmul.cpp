@@ -65,6 +65,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   auto backward = [a = a.detach(), b = b.detach(), shared_b](const Tensor& g,
                                                              const std::vector<bool>& wanted) {
     Grads grads(2);
+    // g is dC, shaped like the output. wanted[i] says whether input i needs a gradient.
+    // detail::gemm(x, y, trans_x, trans_y) computes op(x) @ op(y) without copying a transpose.
+    // When b is shared ([K, N]) across a's leading axes, dB sums over all of them.
+    // EXERCISE 1.1 begin: matmul backward: dA = dC B^T and dB = A^T dC
     if (wanted[0]) grads[0] = detail::gemm(g, b, false, true); // dA = dC B^T
     if (wanted[1]) {
       if (shared_b) {          // B was shared over a's leading axes: fold them into one GEMM
@@ -77,6 +81,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
         grads[1] = detail::gemm(a, g, true, false);
       }
     }
+    // EXERCISE 1.1 end
     return grads;
   };
   // b is the weight operand (x @ W); a is an activation whose gradient is never deferred.

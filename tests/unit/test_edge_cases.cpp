@@ -40,7 +40,7 @@ TEST_CASE("a backward that returns the wrong number or dtype of gradients is an 
                       Catch::Contains("expected a float32 gradient") && Catch::Contains("float64"));
 }
 
-TEST_CASE("matmul backward works when the inner or outer size is 0", "[unit][edge]") {
+TEST_CASE("matmul backward works when the inner or outer size is 0", "[ex1.1][unit][edge]") {
   Tensor a = Tensor::ones({2, 2, 0}).set_requires_grad();
   Tensor w = Tensor::ones({0, 3}).set_requires_grad();
   Tensor y = matmul(a, w);
@@ -52,7 +52,7 @@ TEST_CASE("matmul backward works when the inner or outer size is 0", "[unit][edg
 }
 
 TEST_CASE("the backend's causal log-softmax backward gives masked positions no gradient",
-          "[unit][edge]") {
+          "[ex1.2][unit][edge]") {
   Backend& cpu = backend_for(Device::cpu());
   Tensor x = Tensor::randn({1, 3, 3}, 3, 0, DType::Float64);
   Tensor y = Tensor::empty(x.shape(), DType::Float64);
@@ -71,7 +71,8 @@ TEST_CASE("the backend's causal log-softmax backward gives masked positions no g
   CHECK(std::abs(g[6] + g[7] + g[8]) < 1e-15);
 }
 
-TEST_CASE("float32 layer_norm backward stays accurate on rows far from zero", "[unit][edge]") {
+TEST_CASE("float32 layer_norm backward stays accurate on rows far from zero",
+          "[ex1.3][unit][edge]") {
   // Rows with mean 3000 and spread 0.05: the same float32 inputs run in float32 and float64.
   Tensor x32 = Tensor::randn({8, 64}, 4, 0, DType::Float32, 3000.0, 0.05);
   Tensor g32 = Tensor::randn({64}, 4, 1, DType::Float32, 1.0, 0.1);

@@ -23,7 +23,7 @@ nn::ModelConfig gpt2_124m() {
 } // namespace
 
 TEST_CASE("GPT-2 124M at s = 1024 has N = 123,532,032 and 854,438,400 train FLOPs per token",
-          "[unit][flops]") {
+          "[ex2.3][unit][flops]") {
   const auto f = metrics::model_flops(gpt2_124m(), 1024);
   // N = l·12·C² + V·C = 12·12·589,824 + 50,257·768 = 84,934,656 + 38,597,376 = 123,532,032
   // (the 124M of the name also counts wpe, biases and LayerNorms, which are not in matmuls).
@@ -36,7 +36,8 @@ TEST_CASE("GPT-2 124M at s = 1024 has N = 123,532,032 and 854,438,400 train FLOP
   CHECK(f.train_per_token == 854438400.0);
 }
 
-TEST_CASE("a MoE layer counts its router and top_k experts, not all E experts", "[unit][flops]") {
+TEST_CASE("a MoE layer counts its router and top_k experts, not all E experts",
+          "[ex2.3][unit][flops]") {
   nn::ModelConfig cfg;
   cfg.vocab_size = 256;
   cfg.n_layer = 4;
@@ -52,7 +53,7 @@ TEST_CASE("a MoE layer counts its router and top_k experts, not all E experts", 
 }
 
 TEST_CASE("PaLM's 6N + 12lCs equals Megatron's 72Bslh^2(1 + s/6h + V/12lh) per token",
-          "[unit][flops]") {
+          "[ex2.3][unit][flops]") {
   // Megatron's bracket expands to 72Bslh² + 12Bs²lh + 6BshV. Per token (divide by B·s):
   // 72lh² + 12lhs + 6Vh = 6(12lh² + Vh) + 12lhs = 6N + 12·l·h·s with PaLM's dense N.
   // The two agree exactly in algebra; in doubles s/(6h) and V/(12lh) round, hence 1e-12.

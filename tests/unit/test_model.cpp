@@ -139,7 +139,7 @@ TEST_CASE("The whole GPT's gradients equal finite differences (float64, top-2 Mo
   CHECK(check_gradients(loss, tensors_of(model.parameters())) <= 1.0);
 }
 
-TEST_CASE("GPT is causal: changing token t changes no logits before t", "[unit][model]") {
+TEST_CASE("GPT is causal: changing token t changes no logits before t", "[ex2.2][unit][model]") {
   nn::ModelConfig c = tiny_config();
   nn::GPT model(c, 4);
   Tensor ids = token_ids(1, 6, c.vocab_size, 5);
@@ -152,6 +152,36 @@ TEST_CASE("GPT is causal: changing token t changes no logits before t", "[unit][
         std::vector<double>(b.begin(), b.begin() + 3 * v));
   CHECK(std::vector<double>(a.begin() + 3 * v, a.end()) !=
         std::vector<double>(b.begin() + 3 * v, b.end()));
+}
+
+TEST_CASE("A block is pre-LayerNorm: h = x + attn(ln_1(x)), y = h + mlp(ln_2(h)), as plain ops do",
+          "[unit][model][ex2.2]") {
+  nn::ModelConfig c = tiny_config();
+  nn::GPT model(c, 8);
+  const std::int64_t B = 2, T = 5, C = c.n_embd, H = c.n_head, D = C / H;
+  Tensor x = Tensor::randn({B, T, C}, 9, stream_id("test.block.x"), DType::Float64);
+  Tensor y = model.block(1, x, {}).y; // first, so the skeleton fails at its own stub
+
+  // The same block from the parameters and plain ops, spelled out as GPT-2 defines it.
+  auto p = [&](const std::string& name) {
+    return nn::find_parameter(model.parameters(), "h.1." + name).tensor;
+  };
+  auto linear = [&](const Tensor& in, const std::string& name) {
+    return matmul(in, p(name + ".weight")) + p(name + ".bias"); // Conv1D: [in, out]
+  };
+  auto norm = [&](const Tensor& in, const std::string& name) {
+    return layer_norm(in, p(name + ".weight"), p(name + ".bias"), c.layer_norm_epsilon);
+  };
+  std::vector<Tensor> qkv = chunk(linear(norm(x, "ln_1"), "attn.c_attn"), -1, 3);
+  auto heads = [&](const Tensor& t) { return permute(reshape(t, {B, T, H, D}), {0, 2, 1, 3}); };
+  Tensor att = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+  att = reshape(permute(att, {0, 2, 1, 3}), {B, T, C});
+  Tensor h = x + linear(att, "attn.c_proj");
+  Tensor expected = h + linear(gelu(linear(norm(h, "ln_2"), "mlp.c_fc")), "mlp.c_proj");
+
+  const auto got = y.to_vector(), want = expected.to_vector();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
 }
 
 TEST_CASE("Dropout masks depend only on seed, step, layer and global row", "[unit][model]") {

@@ -21,7 +21,7 @@ double counted_train_flops_per_token(const nn::ModelConfig& c, std::int64_t B, s
 } // namespace
 
 TEST_CASE("Analytic training FLOPs per token equal the executed matmul FLOPs (dense and MoE)",
-          "[unit][flops][model]") {
+          "[ex2.3][unit][flops][model]") {
   nn::ModelConfig c;
   c.vocab_size = 96;
   c.n_positions = 16;

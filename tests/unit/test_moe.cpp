@@ -24,23 +24,33 @@ nn::ModelConfig layer_config(nn::MoeConfig moe, double init_std = 0.02) {
 }
 } // namespace
 
-TEST_CASE("Switch load-balancing loss equals E * sum f_i P_i computed by hand", "[unit][moe]") {
+TEST_CASE("Switch load-balancing loss equals E * sum f_i P_i computed by hand",
+          "[ex3.3][unit][moe]") {
   // top-1, N = 4, E = 2: argmax experts 0, 0, 1, 0 -> f = (3/4, 1/4);
   // P = ((0.7+0.6+0.2+0.9)/4, (0.3+0.4+0.8+0.1)/4) = (0.6, 0.4);
   // loss = 2 * (0.75 * 0.6 + 0.25 * 0.4) = 1.1
   Tensor p1 = probs_of({0.7, 0.3, 0.6, 0.4, 0.2, 0.8, 0.9, 0.1}, 4, 2);
-  auto e1 = moe::top_k_experts(p1, 1);
-  CHECK(e1 == std::vector<std::int64_t>{0, 0, 1, 0});
+  const std::vector<std::int64_t> e1{0, 0, 1, 0}; // the argmax of each row (top-k: exercise 3.1)
   CHECK(moe::load_balancing_loss(p1, e1, 1).item() == Approx(1.1).epsilon(1e-14));
   // top-2, N = 2, E = 3: choices (0, 1) and (1, 2) -> f = (1, 2, 1) / 4 = (0.25, 0.5, 0.25);
   // P = (0.3, 0.45, 0.25); loss = 3 * (0.075 + 0.225 + 0.0625) = 1.0875
   Tensor p2 = probs_of({0.5, 0.3, 0.2, 0.1, 0.6, 0.3}, 2, 3);
-  auto e2 = moe::top_k_experts(p2, 2);
-  CHECK(e2 == std::vector<std::int64_t>{0, 1, 1, 2});
+  const std::vector<std::int64_t> e2{0, 1, 1, 2};
   CHECK(moe::load_balancing_loss(p2, e2, 2).item() == Approx(1.0875).epsilon(1e-14));
-  // perfectly balanced routing with uniform probabilities gives the minimum, 1
+  // perfectly balanced routing gives 1 whatever P is (f_i = 1/E), the value the Switch paper
+  // calls optimal; routing that disagrees with P can give a little less, as long runs show
   Tensor uniform = probs_of({0.5, 0.5, 0.5, 0.5}, 2, 2);
   CHECK(moe::load_balancing_loss(uniform, {0, 1}, 1).item() == Approx(1.0).epsilon(1e-15));
+  // The gradient reaches the router through P only: d loss / d probs[n, i] = E * f_i / N
+  // (f is a count, a constant), so the loss must be built from ops on probs, not from numbers.
+  Tensor p3 = probs_of({0.7, 0.3, 0.6, 0.4, 0.2, 0.8, 0.9, 0.1}, 4, 2).set_requires_grad();
+  backward(moe::load_balancing_loss(p3, e1, 1));
+  REQUIRE(p3.grad().defined());
+  const auto g = p3.grad().to_vector(); // E f_i / N = 2 * (3/4, 1/4) / 4
+  for (std::size_t n = 0; n < 4; ++n) {
+    CHECK(g[2 * n] == Approx(0.375).epsilon(1e-14));
+    CHECK(g[2 * n + 1] == Approx(0.125).epsilon(1e-14));
+  }
 }
 
 TEST_CASE("Router z-loss equals the mean squared logsumexp computed by hand", "[unit][moe]") {
@@ -52,7 +62,7 @@ TEST_CASE("Router z-loss equals the mean squared logsumexp computed by hand", "[
 }
 
 TEST_CASE("top-k picks the largest probabilities, ties to the lower expert, gates renormalised",
-          "[unit][moe]") {
+          "[ex3.1][unit][moe]") {
   CHECK(moe::top_k_experts(probs_of({0.25, 0.25, 0.5}, 1, 3), 2) ==
         std::vector<std::int64_t>{2, 0});
   // route with a router that reproduces chosen logits: x = identity rows, weight = logits
@@ -76,7 +86,7 @@ TEST_CASE("top-k picks the largest probabilities, ties to the lower expert, gate
 }
 
 TEST_CASE("Capacity keeps first choices before second choices, then drops the overflow",
-          "[unit][moe]") {
+          "[ex3.2][unit][moe]") {
   CHECK(moe::expert_capacity(1.0, 5, 1, 2) == 3);  // ceil(5 / 2)
   CHECK(moe::expert_capacity(1.25, 8, 2, 4) == 5); // ceil(1.25 * 16 / 4)
   CHECK(moe::expert_capacity(0.0, 8, 2, 4) == 16); // dropless: every assignment fits

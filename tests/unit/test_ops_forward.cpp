@@ -200,7 +200,8 @@ TEST_CASE("dropout drops about p of the elements, scales the rest, and is reprod
   CHECK(max_abs_diff(dropout(x, 0.0, {42, 1, 0}), x) == 0.0);
 }
 
-TEST_CASE("causal attention equals the loop formula and never looks ahead", "[unit][forward]") {
+TEST_CASE("causal attention equals the loop formula and never looks ahead",
+          "[ex2.1][unit][forward]") {
   const std::size_t B = 2, H = 2, T = 5, D = 3;
   Tensor q = rand64({2, 2, 5, 3}, 1), k = rand64({2, 2, 5, 3}, 2), v = rand64({2, 2, 5, 3}, 3);
   auto out = scaled_dot_product_attention(q, k, v).to_vector();

@@ -112,7 +112,8 @@ TEST_CASE("reshape, transpose, permute, slice, concat, split match finite differ
   CHECK(check_gradients([](const Inputs& in) { return chunk(in[0], 0, 1)[0] * 3.0; }, {x}) <= 1.0);
 }
 
-TEST_CASE("matmul (2-D, shared weight, batched) matches finite differences", "[unit][grad]") {
+TEST_CASE("matmul (2-D, shared weight, batched) matches finite differences",
+          "[ex1.1][unit][grad]") {
   const std::uint64_t seed = GENERATE(1, 2, 3);
   std::mt19937_64 rng(seed);
   Shape dims = random_shape(rng, 5, 1, 4);
@@ -125,7 +126,7 @@ TEST_CASE("matmul (2-D, shared weight, batched) matches finite differences", "[u
   CHECK(check_gradients([](const Inputs& in) { return matmul(in[0], in[1]); }, {a4, b4}) <= 1.0);
 }
 
-TEST_CASE("softmax and log_softmax match finite differences", "[unit][grad]") {
+TEST_CASE("softmax and log_softmax match finite differences", "[ex1.2][unit][grad]") {
   const std::uint64_t seed = GENERATE(1, 2, 3);
   std::mt19937_64 rng(seed);
   Tensor x = random_input(random_shape(rng, 3), seed, 1, 2.0);
@@ -133,7 +134,7 @@ TEST_CASE("softmax and log_softmax match finite differences", "[unit][grad]") {
   CHECK(check_gradients([](const Inputs& in) { return log_softmax(in[0]); }, {x}) <= 1.0);
 }
 
-TEST_CASE("layer_norm matches finite differences, with and without bias", "[unit][grad]") {
+TEST_CASE("layer_norm matches finite differences, with and without bias", "[ex1.3][unit][grad]") {
   const std::uint64_t seed = GENERATE(1, 2, 3);
   std::mt19937_64 rng(seed);
   Shape s = random_shape(rng, 3, 2, 6);
@@ -180,7 +181,7 @@ TEST_CASE("dropout matches finite differences for a fixed mask", "[unit][grad]")
             {x}) <= 1.0);
 }
 
-TEST_CASE("causal scaled dot-product attention matches finite differences", "[unit][grad]") {
+TEST_CASE("causal scaled dot-product attention matches finite differences", "[ex2.1][unit][grad]") {
   const std::uint64_t seed = GENERATE(1, 2, 3);
   std::mt19937_64 rng(seed);
   Shape s = random_shape(rng, 4, 1, 4);

@@ -44,6 +44,10 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, Tensor&
       const T* py = y.data<T>() + r * cols;
       const T* pg = grad_y.data<T>() + r * cols;
       T* px = grad_x.data<T>() + r * cols;
+      // One row: py = y (p, or log p when `log`), pg = dL/dy, px = dL/dx to fill in.
+      // Accumulate sums in double. With a causal mask, masked entries hold p = 0 (log p = -inf):
+      // they must get gradient 0 and take no part in the sums.
+      // EXERCISE 1.2 begin: softmax and log-softmax backward
       if (log) { // y = log p: dx = dy - p * sum(dy); masked entries (y = -inf) take no part
         double sum = 0.0;
         for (std::int64_t j = 0; j < cols; ++j)
@@ -55,6 +59,7 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, Tensor&
         for (std::int64_t j = 0; j < cols; ++j) dot += static_cast<double>(pg[j]) * py[j];
         for (std::int64_t j = 0; j < cols; ++j) px[j] = py[j] * (pg[j] - static_cast<T>(dot));
       }
+      // EXERCISE 1.2 end
     }
   });
 }
@@ -97,6 +102,9 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const
       const T* in = x.data<T>() + r * c;
       const T* dy = grad_y.data<T>() + r * c;
       T* dx = grad_x.data<T>() + r * c;
+      // One row of c values: in = x, dy = dL/dy; fill dx = dL/dx and add this row's share to
+      // dgamma and dbeta (summed over rows, in double). rstd.data<T>()[r] is the saved 1/std.
+      // EXERCISE 1.3 begin: LayerNorm backward
       // The row mean again in double, not the saved `mean`: that one is rounded to T, and
       // x - mean cancels badly for rows far from zero (a GPU kernel may prefer the saved one).
       double m = 0.0;
@@ -118,6 +126,7 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const
         const double xhat = (in[j] - m) * rs, dxhat = static_cast<double>(dy[j]) * g[j];
         dx[j] = static_cast<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
       }
+      // EXERCISE 1.3 end
     }
     for (std::int64_t j = 0; j < c; ++j) {
       grad_gamma.data<T>()[j] = static_cast<T>(dgamma[static_cast<std::size_t>(j)]);

@@ -1,0 +1,39 @@
+#include "nn/block.hpp"
+
+#include "moe/moe_layer.hpp"
+
+namespace tinyscale::nn {
+
+namespace {
+std::string block_name(int layer) {
+  std::string name = "h.";
+  name += std::to_string(layer);
+  return name;
+}
+} // namespace
+
+Block::Block(ParameterList& params, int layer, const ModelConfig& config, std::uint64_t seed)
+    : ln_1_(params, block_name(layer) + ".ln_1", config.n_embd, config.bias,
+            config.layer_norm_epsilon, config.dtype),
+      attn_(params, block_name(layer) + ".attn", config, seed),
+      ln_2_(params, block_name(layer) + ".ln_2", config.n_embd, config.bias,
+            config.layer_norm_epsilon, config.dtype) {
+  const std::string mlp = block_name(layer) + ".mlp";
+  if (config.is_moe_layer(layer))
+    mlp_ = std::make_unique<moe::MoeFeedForward>(params, mlp, layer, config, seed);
+  else
+    mlp_ = std::make_unique<DenseFeedForward>(params, mlp, config, seed);
+}
+
+FeedForwardOutput Block::forward(const Tensor& x, const ForwardContext& ctx) const {
+  // GPT-2 normalises before each sub-layer (pre-LN) and adds each sub-layer's output to the
+  // residual stream x. The MLP (dense or MoE) returns its output in .y, plus MoE losses and
+  // statistics that must travel with it.
+  FeedForwardOutput out;
+  // EXERCISE 2.2 begin: the pre-LayerNorm transformer block
+  ::tinyscale::exercise_not_done("2.2", "ex02", __FILE__);
+  // EXERCISE 2.2 end
+  return out;
+}
+
+} // namespace tinyscale::nn
