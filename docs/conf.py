@@ -1,10 +1,13 @@
 # docs/conf.py: Sphinx configuration of the tinyscale site (docs/README.md). docs/build.py runs
 # Sphinx on the staged copy of this folder and passes the Doxygen XML folder with
 # -D breathe_projects.tinyscale=..., so nothing here names a path of the build tree.
+import hashlib
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+here = Path(__file__).parent
+sys.path.insert(0, str(here))
+namespace_scope_version = hashlib.sha1((here / "namespace_scope.py").read_bytes()).hexdigest()
 
 project = "tinyscale"
 author = "the tinyscale authors"

@@ -32,9 +32,16 @@ def visit_namespace(self, node):
             env.ref_context.pop("cpp:parent_key", None)
         else:
             env.ref_context["cpp:parent_key"] = key
-    return [nodes.rubric(text="namespace " + name)] + content
+    # Breathe renders a namespace's own members first and its inner namespaces last, so content
+    # that starts with an inner namespace has no members of its own: no heading for it then
+    # (a header that opens tinyscale::comm::threads shows just that namespace).
+    if not content or "namespace-scope" in content[0].get("classes", []):
+        return content
+    return [nodes.rubric(text="namespace " + name, classes=["namespace-scope"])] + content
 
 
 def setup(app):
     SphinxRenderer.visit_namespace = visit_namespace
+    # conf.py sets this to a hash of this file: editing the file then rebuilds every page.
+    app.add_config_value("namespace_scope_version", "", "env")
     return {"parallel_read_safe": False, "parallel_write_safe": True}
