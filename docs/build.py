@@ -109,6 +109,7 @@ def main():
     parser.add_argument("--out", type=Path, required=True, help="e.g. build/default/docs")
     parser.add_argument("--doxygen", default="", help="the doxygen program")
     parser.add_argument("--executed-notebooks", type=Path, required=True)
+    parser.add_argument("--tinyscale", type=Path, required=True, help="the tinyscale program")
     args = parser.parse_args()
     start = time.monotonic()
     check_tools(args.doxygen)
@@ -116,7 +117,8 @@ def main():
 
     xml = run_doxygen(args.doxygen, root, out / "doxygen")
     if staging.main(["--source-root", str(root), "--stage", str(out / "stage"),
-                     "--executed-notebooks", str(args.executed_notebooks)]) != 0:
+                     "--executed-notebooks", str(args.executed_notebooks),
+                     "--tinyscale", str(args.tinyscale)]) != 0:
         fail("staging the pages failed (above)")
     sphinx = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
               "-d", str(out / "doctrees"), "-D", f"breathe_projects.tinyscale={xml}",

@@ -33,7 +33,9 @@ PUBLIC_SECTIONS = " ".join([
 
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 CODE_SPAN = re.compile(r"(`+)(?:.|\n)*?(?<!`)\1(?!`)")
-LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*(<[^>]*>|[^)\s]+)(\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
+# [text](target "title") and ![alt](image): the text may hold one level of brackets.
+LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]"
+                  r"\(\s*(<[^>]*>|[^)\s]+)(\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
 LINK_DEFINITION = re.compile(r"^( {0,3}\[[^\]]+\]:[ \t]*)(\S+)", re.M)
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -61,7 +63,7 @@ class Stage:
 
     # -- writing --------------------------------------------------------------------------------
     def write(self, rel, content):
-        """Writes stage/rel, leaving an unchanged file alone so Sphinx rebuilds only what changed."""
+        """Writes stage/rel; an unchanged file is left alone, so Sphinx rebuilds what changed."""
         target = self.out / rel
         data = content.encode() if isinstance(content, str) else content
         if not target.is_file() or target.read_bytes() != data:
@@ -194,32 +196,37 @@ class Stage:
             text = "---\norphan: true\n---\n" + text  # reached by links, not by a contents list
         self.write(rel, text)
 
-    def stage_notebook(self, rel, executed_dir, python):
+    def stage_notebook(self, rel, executed_dir, tinyscale):
         """Stages the executed copy of notebook `rel` (running it here when there is none)."""
         source = self.root / rel
         copies = [d / source.name for d in (executed_dir, self.out.parent / "executed_notebooks")]
         fresh = [c for c in copies if c.is_file() and c.stat().st_mtime >= source.stat().st_mtime]
-        executed = fresh[0] if fresh else self.execute_notebook(source, python)
+        executed = fresh[0] if fresh else self.execute_notebook(source, tinyscale)
         if executed is None:
             return
         notebook = json.loads(executed.read_text(encoding="utf-8"))
         for cell in notebook.get("cells", []):
             if cell.get("cell_type") == "markdown":
-                text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-                cell["source"] = self.rewrite(text, rel)
+                text = cell["source"]  # a string, or a list of lines
+                cell["source"] = self.rewrite("".join(text), rel)
         self.write(rel, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
 
-    def execute_notebook(self, source, python):
+    def execute_notebook(self, source, tinyscale):
+        """Executes a notebook as its ctest entry does (notebooks/CMakeLists.txt)."""
         out_dir = self.out.parent / "executed_notebooks"
         out_dir.mkdir(parents=True, exist_ok=True)
         print(f"stage: no up-to-date executed copy of {source.name}; executing it now")
-        command = [python, "-m", "nbconvert", "--to", "notebook", "--execute",
-                   "--ExecutePreprocessor.timeout=600", "--output-dir", str(out_dir), str(source)]
-        result = subprocess.run(command, cwd=source.parent, capture_output=True, text=True)
+        command = [sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute",
+                   "--ExecutePreprocessor.timeout=300", "--output-dir", str(out_dir), str(source)]
+        env = dict(os.environ, TINYSCALE_BIN=str(tinyscale), TINYSCALE_SOURCE_DIR=str(self.root),
+                   PYDEVD_DISABLE_FILE_VALIDATION="1")
+        result = subprocess.run(command, cwd=source.parent, env=env, capture_output=True,
+                                text=True)
         if result.returncode != 0:
             self.errors.append(f"{source.relative_to(self.root)}: executing it failed "
                                f"(exit {result.returncode}):\n{result.stderr[-4000:]}\nrun "
-                               "`ctest --preset default -L notebooks --output-on-failure` to see why")
+                               "`ctest --preset default -L notebooks --output-on-failure` to see "
+                               "why")
             return None
         return out_dir / source.name
 
@@ -263,13 +270,14 @@ class Stage:
                 lines += [folders[folder], ""]
             if (self.root / f"lib/{folder}/README.md").is_file():
                 self.add_page(f"lib/{folder}/README.md", orphan=True)
-                lines += [f"The folder's guide: [lib/{folder}/README.md](../lib/{folder}/README.md).",
-                          ""]
+                guide = f"lib/{folder}/README.md"
+                lines += [f"The folder's guide: [{guide}](../{guide}).", ""]
             for header in headers:
                 inside = header.removeprefix("lib/")
-                lines += [f"({label_for(header)})=", f"## {inside}", "", opening_comment(
-                    self.root / header), "", f"Source: [{header}](../{self.source_page(header)})", "",
-                          f"```{{doxygenfile}} {inside}", ":project: tinyscale",
+                source = f"../{self.source_page(header)}"
+                lines += [f"({label_for(header)})=", f"## {inside}", "",
+                          opening_comment(self.root / header), "", f"Source: [{header}]({source})",
+                          "", f"```{{doxygenfile}} {inside}", ":project: tinyscale",
                           f":sections: {PUBLIC_SECTIONS}", "```", ""]
             for sub in sorted({str(PurePosixPath(h).parent) for h in headers} - {here}):
                 lines.insert(0, f"({label_for(sub)})=")  # lib/comm/threads -> the comm page
@@ -306,6 +314,8 @@ def main(argv=None):
     parser.add_argument("--stage", type=Path, required=True, help="the Sphinx source dir to fill")
     parser.add_argument("--executed-notebooks", type=Path, required=True,
                         help="where ctest -L notebooks writes the executed notebooks")
+    parser.add_argument("--tinyscale", type=Path, required=True,
+                        help="the tinyscale program, for a notebook that has to be executed here")
     args = parser.parse_args(argv)
     root, docs = args.source_root.resolve(), args.source_root.resolve() / "docs"
     stage = Stage(root, args.stage.resolve())
@@ -328,7 +338,7 @@ def main(argv=None):
 
     api = stage.api_pages(lib_folders(root))
     contents = (stage.toctree("Chapters", chapters, hidden=True)  # the chapter map links them
-                + stage.toctree("Guides", GUIDES, titles={"README.md": "The README: build, train, test"})
+                + stage.toctree("Guides", GUIDES, titles={"README.md": "The README"})
                 + stage.toctree("Exercises", exercises) + stage.toctree("Notebooks", notebooks)
                 + stage.toctree("Reference", [api]))
     index = (docs / "index.md").read_text(encoding="utf-8")
@@ -343,7 +353,7 @@ def main(argv=None):
     while stage.pending:
         rel = stage.pending.pop(0)
         if rel.endswith(".ipynb"):
-            stage.stage_notebook(rel, args.executed_notebooks, sys.executable)
+            stage.stage_notebook(rel, args.executed_notebooks, args.tinyscale)
         else:
             stage.stage_markdown(rel)
     stage.remove_stale()
