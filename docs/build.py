@@ -11,10 +11,11 @@ import shutil
 import subprocess
 import sys
 import time
-from xml.etree import ElementTree
 from pathlib import Path
+from xml.etree import ElementTree
 
-import stage as staging
+sys.dont_write_bytecode = True  # importing stage.py must not write __pycache__ into docs/
+import stage as staging  # noqa: E402  (docs/stage.py)
 
 MODULES = ["sphinx", "breathe", "myst_parser", "nbsphinx", "nbconvert"]
 SETUP_HINT = "run scripts/setup (it installs doxygen, Sphinx, Breathe, MyST, nbsphinx and pandoc)"

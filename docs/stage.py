@@ -32,7 +32,7 @@ PUBLIC_SECTIONS = " ".join([
     "func", "var", "innerclass", "innernamespace"])
 
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
-CODE_SPAN = re.compile(r"(`+)(?:.|\n)*?(?<!`)\1(?!`)")
+CODE_SPAN = re.compile(r"(`+)(?:[^\n]|\n(?![ \t]*\n))*?(?<!`)\1(?!`)")  # within a paragraph
 # [text](target "title") and ![alt](image): the text may hold one level of brackets.
 LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]"
                   r"\(\s*(<[^>]*>|[^)\s]+)(\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
