@@ -21,7 +21,7 @@ public:
   /// Seconds on some monotonic clock; injectable so tests control time.
   using Clock = std::function<double()>;
 
-  /// Starts the clock. `interactive`: redraw one line with '\r' (a terminal); else plain lines.
+  /// Starts the clock. `interactive`: redraw one line in place (a terminal); else plain lines.
   Progress(std::int64_t total, std::ostream& out, bool interactive, Clock clock = {});
 
   /// Reports `done` of total steps (0 <= done <= total) with a short status such as the loss.
