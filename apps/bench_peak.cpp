@@ -1,4 +1,4 @@
-// `tinyscale bench peak`: this CPU's float32 GEMM peak, the denominator of CPU MFU (chapter 04).
+// `tinyscale bench peak`: this CPU's float32 GEMM peak, the denominator of CPU MFU (chapter 02).
 // It times square products through the library's own GEMM, one thread, and caches the best rate
 // with the CPU model and build; later runs (and training's MFU line) reuse it until --refresh.
 #include "commands.hpp"

@@ -1,4 +1,4 @@
-// The per-thread matmul FLOP total behind FlopCounter (chapter 04).
+// The per-thread matmul FLOP total behind FlopCounter (chapter 02).
 #include "metrics/flop_counter.hpp"
 
 #include "core/error.hpp"

@@ -1,4 +1,4 @@
-// Counting the matmul FLOPs that actually ran (chapter 04): detail::gemm, the one place every
+// Counting the matmul FLOPs that actually ran (chapter 02): detail::gemm, the one place every
 // matrix product of the library runs (matmul, attention, and all their backward products), adds
 // 2·batch·m·n·k to a per-thread total; a FlopCounter reads how much that total grew while it lived.
 // Easy to get wrong: the total is per thread, so a counter never sees another thread's (rank's)

@@ -1,4 +1,4 @@
-// Analytic FLOP counts (chapter 04). Every matmul of m x k by k x n costs 2·m·k·n FLOPs (one
+// Analytic FLOP counts (chapter 02). Every matmul of m x k by k x n costs 2·m·k·n FLOPs (one
 // multiply and one add per term); the backward runs two products of the same size, hence 3x.
 #include "metrics/flops.hpp"
 

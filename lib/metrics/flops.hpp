@@ -1,4 +1,4 @@
-// Analytic model FLOPs from the config (chapter 04, MFU): PaLM's 6N + 12·l·C·s per token
+// Analytic model FLOPs from the config (chapter 02, MFU): PaLM's 6N + 12·l·C·s per token
 // (Chowdhery et al. 2022, app. B) and Megatron's per-iteration formula (Korthikanti et al. 2022).
 // Easy to get wrong: N counts only parameters that enter a matmul (no biases, LayerNorms or
 // position table; the tied head counts once, as the [C, V] output product), and a MoE layer

@@ -1,4 +1,4 @@
-// MFU and where its peak comes from (chapter 04).
+// MFU and where its peak comes from (chapter 02).
 #include "metrics/mfu.hpp"
 
 #include "core/device_query.hpp"

@@ -1,4 +1,4 @@
-// Model FLOPs utilisation (chapter 04): achieved model FLOP/s over ranks x one device's peak
+// Model FLOPs utilisation (chapter 02): achieved model FLOP/s over ranks x one device's peak
 // (PaLM, Chowdhery et al. 2022, app. B). The peak carries where it came from, so a report can say
 // "of measured CPU GEMM peak" or "of the H200 SXM bf16 table".
 // Easy to get wrong: with no known peak there is no MFU. It reads "n/a", never 0% or a guess.

@@ -1,4 +1,4 @@
-// Device peaks for MFU (chapter 04): the GPU table and the CPU GEMM measurement.
+// Device peaks for MFU (chapter 02): the GPU table and the CPU GEMM measurement.
 // GPU figures are NVIDIA's dense datasheet peaks (half the "with sparsity" figure); on Hopper
 // tf32 is half and fp8 twice the bf16 rate, and fp16 equals bf16 everywhere here.
 #include "metrics/peak.hpp"

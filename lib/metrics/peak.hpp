@@ -1,4 +1,4 @@
-// Peak FLOP/s of one device, the denominator of MFU (chapter 04): a table of dense tensor-core
+// Peak FLOP/s of one device, the denominator of MFU (chapter 02): a table of dense tensor-core
 // peaks for GPUs, and a measured float32 GEMM rate for the CPU, cached per CPU model and build.
 // Easy to get wrong: device names nest ("NVIDIA H200 NVL" contains "H200"; "GH200" too), so a
 // variant must never fall through to the SXM row, and the table never holds "with sparsity"

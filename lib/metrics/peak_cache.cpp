@@ -1,4 +1,4 @@
-// The CPU peak cache (chapter 04): `tinyscale bench peak` measures once and stores the figure
+// The CPU peak cache (chapter 02): `tinyscale bench peak` measures once and stores the figure
 // with the CPU model and build it came from, so MFU on the CPU needs no measurement per run.
 // Easy to get wrong: a figure from another CPU or another build (-march, compiler, debug) is a
 // different peak, so an entry that does not match both is ignored, never reused.

@@ -1,4 +1,4 @@
-// The progress bar and its ETA (chapter 04).
+// The progress bar and its ETA (chapter 02).
 #include "metrics/progress.hpp"
 
 #include "core/error.hpp"

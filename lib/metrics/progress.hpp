@@ -1,4 +1,4 @@
-// A training progress bar with an ETA (chapter 04). On a terminal one line is redrawn with '\r';
+// A training progress bar with an ETA (chapter 02). On a terminal one line is redrawn with '\r';
 // in a pipe or CI log a plain line is written only when the status changes, so logs stay short.
 // Easy to get wrong: the first step pays for warm-up (allocation, page faults, caches), so the
 // rate behind the ETA is measured from the first update on, and there is no ETA ("--") before it.

@@ -9,7 +9,7 @@
 
 namespace tinyscale::nn {
 
-/// Mixture-of-experts settings; n_experts == 0 means a dense model.
+/// Mixture-of-experts settings; the model is dense unless both every > 0 and n_experts > 0.
 struct MoeConfig {
   int every = 0;     ///< every k-th block (k = every; blocks k-1, 2k-1, ...) is MoE; 0 = none
   int n_experts = 0; ///< experts per MoE layer (E)
