@@ -46,7 +46,8 @@ void run_bench_train(const BenchTrainOptions& opt) {
   std::vector<double> seconds;
   for (std::int64_t i = 0; i < opt.steps; ++i) seconds.push_back(trainer.train_step().seconds);
   std::sort(seconds.begin(), seconds.end());
-  const double median = seconds[seconds.size() / 2];
+  const std::size_t mid = seconds.size() / 2; // an even count takes the mean of the middle two
+  const double median = seconds.size() % 2 ? seconds[mid] : 0.5 * (seconds[mid - 1] + seconds[mid]);
   const double tokens_per_s = static_cast<double>(t.batch_size * t.seq_len) / median;
   const double flops = trainer.flops_per_token();
   const metrics::Peak peak = metrics::resolve_peak(opt.peak_gflops, Device::cpu(), "fp32");

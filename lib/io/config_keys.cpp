@@ -54,7 +54,7 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(data.val_path, "shards only: validation shards; empty = split off the end"),
       TS_CONFIG_KEY(data.val_fraction, "share of the tokens held out for validation"),
       TS_CONFIG_KEY(data.seed, "seeds batch sampling and the Markov chain"),
-      TS_CONFIG_KEY(data.markov_alphabet, "markov: symbols used (bytes 'a' upward), 1..256"),
+      TS_CONFIG_KEY(data.markov_alphabet, "markov: symbols used (bytes 'a' upward), 2..256"),
       TS_CONFIG_KEY(data.markov_order, "markov: context length k of the chain"),
       TS_CONFIG_KEY(data.markov_branching, "markov: next-symbol choices per context"),
       TS_CONFIG_KEY(data.markov_noise, "markov: chance of a uniform symbol instead, in [0, 1]"),
@@ -131,9 +131,11 @@ std::string nearest_config_name(std::string_view name, bool section) {
   std::string_view best;
   std::size_t best_distance = std::numeric_limits<std::size_t>::max();
   for (std::string_view candidate : candidates) {
-    const std::size_t distance =
+    std::size_t distance =
         std::min(edit_distance(name, candidate),
                  edit_distance(last_component(name), last_component(candidate)) + 1);
+    // A shortened key ("model.moe.capacity" for "model.moe.capacity_factor") is one step away.
+    if (candidate.starts_with(name)) distance = std::min<std::size_t>(distance, 1);
     if (distance < best_distance) {
       best_distance = distance;
       best = candidate;

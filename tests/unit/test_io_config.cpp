@@ -165,6 +165,9 @@ TEST_CASE("a misspelt key names the file, the line, the key and the nearest vali
                    Contains("did you mean 'train.seq_len'?"));
   REQUIRE_TS_ERROR(parse_config("[model.moe]\ntopk = 2\n", "run.toml"),
                    Contains("did you mean 'model.moe.top_k'?"));
+  // A key cut short points at the key it begins.
+  REQUIRE_TS_ERROR(parse_config("[model.moe]\ncapacity = 1.0\n", "run.toml"),
+                   Contains("did you mean 'model.moe.capacity_factor'?"));
 }
 
 TEST_CASE("every problem of a file is reported at once, in line order", "[unit]") {

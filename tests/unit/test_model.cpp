@@ -50,7 +50,7 @@ TEST_CASE("GPT parameters carry Hugging Face GPT-2 names, [in, out] shapes and d
     shapes.emplace(p.name, p.tensor.shape());
     CHECK(p.tensor.name() == p.name);
     CHECK(p.tensor.requires_grad());
-    // decay exactly the matmul weights (2-D, not embeddings): GPT-2/nanoGPT practice
+    // decay exactly the matmul weights (2-D, not embeddings), as minGPT does
     const bool matmul_weight = p.tensor.rank() == 2 && p.name.find("wte") == std::string::npos &&
                                p.name.find("wpe") == std::string::npos;
     CHECK(p.decay == matmul_weight);
