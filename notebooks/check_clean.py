@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Checks that the committed notebooks carry no outputs and no execution counts (ctest
-notebooks.clean). Outputs belong to the executed copies under build/<preset>/notebooks/, never to
-the repository: they bloat diffs and go stale. Standard library only.
+"""Checks that the committed notebooks carry no outputs, execution counts or execution timings
+(ctest notebooks.clean). Outputs belong to the executed copies under build/<preset>/notebooks/,
+never to the repository: they bloat diffs and go stale. Standard library only.
 Usage: check_clean.py [--fix] [NOTEBOOK ...]   (default: every notebooks/*.ipynb)"""
 import json
 import sys
@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def problems(nb):
-    """The cells of `nb` (a parsed notebook) that carry outputs or execution counts."""
+    """What in `nb` (a parsed notebook) records an execution: outputs, counts, timings."""
     found = []
     for i, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") != "code":
@@ -18,15 +18,18 @@ def problems(nb):
             found.append(f"cell {i} has {len(cell['outputs'])} output(s)")
         if cell.get("execution_count") is not None:
             found.append(f"cell {i} has execution_count {cell['execution_count']}")
+        if "execution" in cell.get("metadata", {}):
+            found.append(f"cell {i} has execution timings in its metadata")
     return found
 
 
 def clean(nb):
-    """Clears every code cell's outputs and execution count in place."""
+    """Clears every code cell's outputs, execution count and timings in place."""
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code":
             cell["outputs"] = []
             cell["execution_count"] = None
+            cell.get("metadata", {}).pop("execution", None)
 
 
 def main(argv):
