@@ -20,6 +20,8 @@ void add_bench_train(CLI::App& bench);
 void add_train(CLI::App& app);
 /// Adds `export-hf`: a checkpoint as a Hugging Face GPT-2 model.
 void add_export_hf(CLI::App& app);
+/// Adds `check` and its `check grad`: every op's gradient against finite differences.
+void add_check(CLI::App& app);
 /// Adds `placement`: a mesh placed on a topology file, the links every group crosses.
 void add_placement(CLI::App& app);
 

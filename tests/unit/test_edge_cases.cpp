@@ -1,12 +1,14 @@
 // Edge cases found in review: empty axes, overflowing shapes, malformed custom backwards,
 // masked log-softmax rows, and LayerNorm on rows far from zero. Each test failed before its fix.
-#include "gradcheck.hpp"
+#include "autograd/gradcheck.hpp"
+#include "tinyscale.hpp"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 
 using namespace tinyscale;
-using tinyscale::testing::max_abs_diff;
+using tinyscale::autograd::max_abs_diff;
 
 TEST_CASE("a size-1 axis broadcasts against a size-0 axis to size 0", "[unit][edge]") {
   Tensor a = Tensor::ones({3, 1}), b = Tensor::zeros({0});

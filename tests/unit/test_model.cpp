@@ -1,14 +1,16 @@
 // The GPT-2 model (chapter 02): Hugging Face names and shapes, GPT-2 initialisation, gradients
 // of the whole model against finite differences in float64, causality, and dropout masks that
 // depend only on (seed, step, layer, global row).
-#include "gradcheck.hpp"
+#include "autograd/gradcheck.hpp"
+#include "tinyscale.hpp"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 
 using namespace tinyscale;
-using tinyscale::testing::check_gradients;
-using tinyscale::testing::GradTolerance;
+using tinyscale::autograd::check_gradients;
+using tinyscale::autograd::GradTolerance;
 
 namespace {
 nn::ModelConfig tiny_config(DType dtype = DType::Float64) {

@@ -1,8 +1,9 @@
 // Mixture of experts (chapter 03): the router's losses against hand-computed values, top-k and
 // capacity bookkeeping, dropped tokens riding the residual, and the equivalence that anchors
 // the whole layer: one expert, top-1, unlimited capacity is exactly the dense model.
-#include "gradcheck.hpp"
+#include "tinyscale.hpp"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
 using namespace tinyscale;

@@ -1,12 +1,14 @@
 // Forward values of the ops against plain loops or hand-computed numbers. The finite-difference
 // tests prove backward agrees with forward; these prove forward computes the right function.
-#include "gradcheck.hpp"
+#include "autograd/gradcheck.hpp"
+#include "tinyscale.hpp"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <numbers>
 
 using namespace tinyscale;
-using tinyscale::testing::max_abs_diff;
+using tinyscale::autograd::max_abs_diff;
 
 namespace {
 Tensor rand64(const Shape& s, std::uint64_t stream, double scale = 1.0) {

@@ -1,12 +1,15 @@
-// Every op's gradient against central finite differences in float64 (tests/gradcheck.hpp):
+// Every op's gradient against central finite differences in float64 (autograd/gradcheck.hpp):
 // random shapes and values, several seeds, tolerance |analytic - numeric| <= 1e-7 + 1e-6 |numeric|
 // unless a test states otherwise.
-#include "gradcheck.hpp"
+#include "autograd/gradcheck.hpp"
+#include "tinyscale.hpp"
+
+#include <catch2/catch.hpp>
 
 using namespace tinyscale;
-using tinyscale::testing::check_gradients;
-using tinyscale::testing::random_input;
-using tinyscale::testing::random_shape;
+using tinyscale::autograd::check_gradients;
+using tinyscale::autograd::random_input;
+using tinyscale::autograd::random_shape;
 
 namespace {
 using Inputs = std::vector<Tensor>;

@@ -1,10 +1,13 @@
 // The ops a mixture of experts routes with: gather_rows, scatter_add_rows and logsumexp, against
-// finite differences (tests/gradcheck.hpp tolerances) and against plain loops.
-#include "gradcheck.hpp"
+// finite differences (autograd/gradcheck.hpp tolerances) and against plain loops.
+#include "autograd/gradcheck.hpp"
+#include "tinyscale.hpp"
+
+#include <catch2/catch.hpp>
 
 using namespace tinyscale;
-using tinyscale::testing::check_gradients;
-using tinyscale::testing::random_input;
+using tinyscale::autograd::check_gradients;
+using tinyscale::autograd::random_input;
 using Inputs = std::vector<Tensor>;
 
 TEST_CASE("gather_rows and scatter_add_rows match finite differences, repeated rows included",

@@ -1,10 +1,11 @@
 // The training loop (chapter 02): a resumed run reproduces the uninterrupted run bit for bit,
 // micro-batching equals the whole batch, and a corrupted checkpoint stops a resume with a clear
 // error instead of training from garbage.
-#include "gradcheck.hpp"
 #include "io/hf_export.hpp"
+#include "tinyscale.hpp"
 #include "train/trainer.hpp"
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
