@@ -95,6 +95,15 @@ Shape random_shape(std::mt19937_64& rng, int rank, std::int64_t lo, std::int64_t
   return Shape(dims);
 }
 
+Shape broadcastable_to(const Shape& s, std::mt19937_64& rng) {
+  std::vector<std::int64_t> dims = s.dims();
+  for (auto& d : dims)
+    if (rng() % 2) d = 1;
+  const std::size_t drop = rng() % (dims.size() + 1);
+  return Shape(
+      std::vector<std::int64_t>(dims.begin() + static_cast<std::ptrdiff_t>(drop), dims.end()));
+}
+
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   TS_CHECK(a.shape() == b.shape(), "max_abs_diff: expected equal shapes, found ", a.shape().str(),
            " and ", b.shape().str());

@@ -66,6 +66,9 @@ Tensor random_input(const Shape& shape, std::uint64_t seed, std::uint64_t stream
 /// A shape of `rank` axes with sizes drawn from [lo, hi] by `rng`.
 Shape random_shape(std::mt19937_64& rng, int rank, std::int64_t lo = 1, std::int64_t hi = 5);
 
+/// A shape that broadcasts to `s`: some axes set to 1, some leading axes dropped (by `rng`).
+Shape broadcastable_to(const Shape& s, std::mt19937_64& rng);
+
 /// The largest |a - b| over all elements; the shapes must match.
 double max_abs_diff(const Tensor& a, const Tensor& b);
 

@@ -17,16 +17,6 @@ namespace {
 
 using Inputs = std::vector<Tensor>;
 
-/// A shape that broadcasts to `s`: some axes set to 1, some leading axes dropped.
-Shape broadcastable_to(const Shape& s, std::mt19937_64& rng) {
-  std::vector<std::int64_t> dims = s.dims();
-  for (auto& d : dims)
-    if (rng() % 2) d = 1;
-  const std::size_t drop = rng() % (dims.size() + 1);
-  return Shape(
-      std::vector<std::int64_t>(dims.begin() + static_cast<std::ptrdiff_t>(drop), dims.end()));
-}
-
 /// Normal values (times `scale`) at least `gap` away from 0: a ReLU input with no kink in reach.
 Tensor away_from_zero(const Shape& shape, std::uint64_t seed, std::uint64_t stream, double scale,
                       double gap) {

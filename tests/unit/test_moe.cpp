@@ -62,8 +62,21 @@ TEST_CASE("Router z-loss equals the mean squared logsumexp computed by hand", "[
   CHECK(moe::router_z_loss(logits).item() == Approx(2.5 * ln2 * ln2).epsilon(1e-14));
 }
 
-TEST_CASE("top-k picks the largest probabilities, ties to the lower expert, gates renormalised",
-          "[ex3.1][unit][moe]") {
+TEST_CASE("top-k picks the largest probabilities in order, ties to the lower expert",
+          "[unit][moe][ex3.1]") {
+  CHECK(moe::top_k_experts(probs_of({0.1, 0.6, 0.3}, 1, 3), 1) == std::vector<std::int64_t>{1});
+  CHECK(moe::top_k_experts(probs_of({0.1, 0.6, 0.3}, 1, 3), 2) == std::vector<std::int64_t>{1, 2});
+  CHECK(moe::top_k_experts(probs_of({0.5, 0.5}, 1, 2), 1) == std::vector<std::int64_t>{0});
+  CHECK(moe::top_k_experts(probs_of({0.25, 0.25, 0.5}, 1, 3), 2) ==
+        std::vector<std::int64_t>{2, 0});
+  // several tokens, k = E: every expert once, most probable first
+  CHECK(moe::top_k_experts(probs_of({0.2, 0.3, 0.5, 0.4, 0.4, 0.2}, 2, 3), 3) ==
+        std::vector<std::int64_t>{2, 1, 0, 0, 1, 2});
+}
+
+TEST_CASE("route: top-k picks the largest probabilities, ties to the lower expert, gates "
+          "renormalised",
+          "[unit][moe]") {
   CHECK(moe::top_k_experts(probs_of({0.25, 0.25, 0.5}, 1, 3), 2) ==
         std::vector<std::int64_t>{2, 0});
   // route with a router that reproduces chosen logits: x = identity rows, weight = logits

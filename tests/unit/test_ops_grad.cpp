@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 using namespace tinyscale;
+using tinyscale::autograd::broadcastable_to;
 using tinyscale::autograd::check_gradients;
 using tinyscale::autograd::random_input;
 using tinyscale::autograd::random_shape;
@@ -14,15 +15,6 @@ using tinyscale::autograd::random_shape;
 namespace {
 using Inputs = std::vector<Tensor>;
 
-/// A shape that broadcasts to `s`: some axes set to 1, some leading axes dropped.
-Shape broadcastable_to(const Shape& s, std::mt19937_64& rng) {
-  std::vector<std::int64_t> dims = s.dims();
-  for (auto& d : dims)
-    if (rng() % 2) d = 1;
-  std::size_t drop = rng() % (dims.size() + 1);
-  return Shape(
-      std::vector<std::int64_t>(dims.begin() + static_cast<std::ptrdiff_t>(drop), dims.end()));
-}
 } // namespace
 
 TEST_CASE("add, sub, mul, div with broadcasting match finite differences", "[unit][grad]") {
