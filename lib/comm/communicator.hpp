@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,11 +36,22 @@ struct CommOptions {
 /// The default options, with the timeout taken from TINYSCALE_COMM_TIMEOUT_S when it is set.
 CommOptions default_comm_options();
 
+/// When an asynchronous operation ran, on std::chrono::steady_clock (traces, chapter 04).
+struct WorkTiming {
+  std::chrono::steady_clock::time_point start; ///< the backend began the operation
+  std::chrono::steady_clock::time_point end;   ///< the backend finished it
+};
+
 /// Handle of an asynchronous operation. The buffers it names must stay alive and untouched until
 /// wait() returns.
 class Work {
 public:
   virtual ~Work() = default;
+  /// When the operation ran, once it has finished successfully (nullopt before, or when the
+  /// backend cannot tell). threads: the worker thread's own clock readings around the operation.
+  /// mpi: from the call that issued it to the first MPI_Test or wait that saw it complete; MPI
+  /// progresses only inside MPI calls, so that end is an upper bound.
+  virtual std::optional<WorkTiming> timing() const { return std::nullopt; }
   /// Blocks until the operation has finished; throws its error, or a timeout Error at the
   /// communicator's deadline. Calling it again after success returns at once.
   virtual void wait() = 0;

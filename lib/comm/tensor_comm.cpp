@@ -32,6 +32,7 @@ public:
   }
   void wait() override { inner_->wait(); }
   bool is_completed() override { return inner_->is_completed(); }
+  std::optional<WorkTiming> timing() const override { return inner_->timing(); }
 
 private:
   std::vector<Tensor> tensors_; // declared first, destroyed last: after inner_ has finished

@@ -87,6 +87,7 @@ MpiWork::~MpiWork() {
 }
 
 void MpiWork::complete(int rc, const MPI_Status& status) {
+  seen_done_ = Clock::now();
   done_ = true;
   try {
     if (rc == MPI_ERR_TRUNCATE || (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR == MPI_ERR_TRUNCATE))
@@ -99,6 +100,11 @@ void MpiWork::complete(int rc, const MPI_Status& status) {
   } catch (...) {
     error_ = std::current_exception();
   }
+}
+
+std::optional<WorkTiming> MpiWork::timing() const {
+  if (!done_ || timed_out_ || error_) return std::nullopt;
+  return WorkTiming{issued_, seen_done_};
 }
 
 bool MpiWork::is_completed() {

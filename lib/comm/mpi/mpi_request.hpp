@@ -65,6 +65,7 @@ public:
   /// stays false until MPI completes it (it may still write the buffers); wait() still throws the
   /// timeout either way.
   bool is_completed() override;
+  std::optional<WorkTiming> timing() const override;
 
 private:
   /// Handles a completed request: checks MPI's code, runs `finish_`; stores any error.
@@ -84,6 +85,8 @@ private:
   Kind kind_;
   MPI_Request request_;
   Finish finish_;
+  Clock::time_point issued_ = Clock::now(); ///< the request was started just before this
+  Clock::time_point seen_done_;              ///< when MPI_Test or the wait first saw it complete
   bool done_ = false;      ///< MPI has finished with the request (or it was cancelled, released)
   bool timed_out_ = false; ///< the deadline passed; error_ holds the timeout Error
   std::exception_ptr error_;

@@ -8,13 +8,26 @@
 
 namespace tinyscale::comm::threads {
 
+void Completion::start() {
+  std::lock_guard lock(mutex_);
+  started_ = std::chrono::steady_clock::now();
+}
+
 void Completion::finish(std::exception_ptr error) {
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mutex_);
+    finished_at_ = now;
     done_ = true;
     error_ = std::move(error);
   }
   finished_.notify_all();
+}
+
+std::optional<WorkTiming> Completion::timing() const {
+  std::lock_guard lock(mutex_);
+  if (!done_ || error_) return std::nullopt;
+  return WorkTiming{started_, finished_at_};
 }
 
 bool Completion::done() const {

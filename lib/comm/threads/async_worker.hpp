@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -22,8 +23,12 @@ namespace tinyscale::comm::threads {
 /// The finished-or-not state of one operation, shared by its handle and the thread running it.
 class Completion {
 public:
+  /// Records that the worker has begun the operation (for timing()).
+  void start();
   /// Marks the operation finished, with its error or nullptr, and wakes the waiters.
   void finish(std::exception_ptr error);
+  /// Start and end of a successfully finished operation; nullopt otherwise.
+  std::optional<WorkTiming> timing() const;
   /// True once finish() was called (never blocks).
   bool done() const;
   /// Waits until finished.
@@ -38,6 +43,7 @@ private:
   std::condition_variable finished_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::chrono::steady_clock::time_point started_, finished_at_;
 };
 
 /// The handle of an operation that runs on a worker thread. wait() has no deadline of its own:
@@ -49,6 +55,7 @@ public:
   explicit TaskWork(std::shared_ptr<Completion> completion) : completion_(std::move(completion)) {}
   void wait() override;
   bool is_completed() override { return completion_->done(); }
+  std::optional<WorkTiming> timing() const override { return completion_->timing(); }
 
 private:
   std::shared_ptr<Completion> completion_;

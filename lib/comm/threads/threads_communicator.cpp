@@ -83,6 +83,7 @@ WorkHandle ThreadsCommunicator::start_collective(const char* op, std::int64_t co
   worker_->submit([this, completion, sequence, op, count, dtype, argument, timeout = timeout_,
                    body = std::move(body)] {
     try {
+      completion->start();
       ThreadsTransport transport(*this, sequence, op, count, dtype, argument, timeout);
       body(transport);
       completion->finish(nullptr);
