@@ -21,21 +21,6 @@ const io::RunConfig& validated(const io::RunConfig& config) {
   return config;
 }
 
-void add_stats(std::vector<nn::MoeLayerStats>& total, const std::vector<nn::MoeLayerStats>& add) {
-  if (total.empty()) {
-    total = add;
-    return;
-  }
-  for (std::size_t i = 0; i < add.size(); ++i) {
-    auto& t = total[i];
-    for (std::size_t e = 0; e < add[i].tokens_per_expert.size(); ++e)
-      t.tokens_per_expert[e] += add[i].tokens_per_expert[e];
-    t.assignments += add[i].assignments;
-    t.dropped += add[i].dropped;
-    t.aux_loss += add[i].aux_loss;
-    t.z_loss += add[i].z_loss;
-  }
-}
 } // namespace
 
 Trainer::Trainer(io::RunConfig config)
@@ -47,34 +32,41 @@ double Trainer::flops_per_token() const {
   return metrics::model_flops(config_.model, config_.train.seq_len).train_per_token;
 }
 
-StepResult Trainer::train_step() {
-  const auto start = std::chrono::steady_clock::now();
+void Trainer::zero_grad() { optimizer_.zero_grad(); }
+
+nn::ModelOutput Trainer::forward_micro_batch(std::int64_t row_begin, std::int64_t rows) const {
   const TrainConfig& t = config_.train;
-  const std::int64_t micro = t.micro_batches, rows = t.batch_size / micro;
-  StepResult r;
-  optimizer_.zero_grad();
-  for (std::int64_t m = 0; m < micro; ++m) {
-    data::Batch b = data_.batch(data::Split::Train, step_, t.batch_size, t.seq_len, m * rows, rows);
-    nn::ForwardContext ctx{true, t.seed, step_, m * rows};
-    nn::ModelOutput out = model_.forward(b.inputs, b.targets, ctx);
-    // Each micro-batch's loss is a mean over its rows * seq_len tokens; equal micro-batches, so
-    // dividing by their number gives the mean over the whole batch: the one-batch loss, exactly
-    // for a dense model. A MoE layer routes per micro-batch (its capacity counts the micro-batch's
-    // tokens, and the Switch loss is a product of per-micro-batch means), the per-micro-batch
-    // convention THEORY.md sec. 7 uses, so there it is the mean of per-micro-batch losses.
-    backward(out.loss / static_cast<double>(micro));
-    r.loss += out.loss.item() / static_cast<double>(micro);
-    r.lm_loss += out.lm_loss.item() / static_cast<double>(micro);
-    if (out.aux_loss.defined()) {
-      r.aux_loss += out.aux_loss.item() / static_cast<double>(micro);
-      r.z_loss += out.z_loss.item() / static_cast<double>(micro);
-    }
-    add_stats(r.moe, out.moe);
+  data::Batch b = data_.batch(data::Split::Train, step_, t.batch_size, t.seq_len, row_begin, rows);
+  nn::ForwardContext ctx{true, t.seed, step_, row_begin};
+  return model_.forward(b.inputs, b.targets, ctx);
+}
+
+void Trainer::add_micro_batch(StepResult& r, const nn::ModelOutput& out, double weight) {
+  r.loss += out.loss.item() * weight;
+  r.lm_loss += out.lm_loss.item() * weight;
+  if (out.aux_loss.defined()) {
+    r.aux_loss += out.aux_loss.item() * weight;
+    r.z_loss += out.z_loss.item() * weight;
   }
-  for (auto& s : r.moe) { // counts add up over micro-batches; losses are averaged like r.aux_loss
-    s.aux_loss /= static_cast<double>(micro);
-    s.z_loss /= static_cast<double>(micro);
+  // Counts add up over micro-batches; per-layer losses are weighted like r.aux_loss.
+  if (r.moe.empty()) {
+    r.moe = out.moe;
+    for (auto& s : r.moe) s.aux_loss *= weight, s.z_loss *= weight;
+    return;
   }
+  for (std::size_t i = 0; i < out.moe.size(); ++i) {
+    auto& t = r.moe[i];
+    for (std::size_t e = 0; e < out.moe[i].tokens_per_expert.size(); ++e)
+      t.tokens_per_expert[e] += out.moe[i].tokens_per_expert[e];
+    t.assignments += out.moe[i].assignments;
+    t.dropped += out.moe[i].dropped;
+    t.aux_loss += out.moe[i].aux_loss * weight;
+    t.z_loss += out.moe[i].z_loss * weight;
+  }
+}
+
+void Trainer::finish_step(StepResult& r, std::chrono::steady_clock::time_point start) {
+  const TrainConfig& t = config_.train;
   r.grad_norm = optim::clip_grad_norm(model_.parameters(), config_.optim.grad_clip);
   r.lr = optim::learning_rate(config_.optim, step_, t.steps);
   optimizer_.step(r.lr);
@@ -82,6 +74,25 @@ StepResult Trainer::train_step() {
   r.step = step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.tokens_per_s = static_cast<double>(t.batch_size * t.seq_len) / r.seconds;
+}
+
+StepResult Trainer::train_step() {
+  const auto start = std::chrono::steady_clock::now();
+  const TrainConfig& t = config_.train;
+  const std::int64_t micro = t.micro_batches, rows = t.batch_size / micro;
+  StepResult r;
+  zero_grad();
+  for (std::int64_t m = 0; m < micro; ++m) {
+    nn::ModelOutput out = forward_micro_batch(m * rows, rows);
+    // Each micro-batch's loss is a mean over its rows * seq_len tokens; equal micro-batches, so
+    // dividing by their number gives the mean over the whole batch: the one-batch loss, exactly
+    // for a dense model. A MoE layer routes per micro-batch (its capacity counts the micro-batch's
+    // tokens, and the Switch loss is a product of per-micro-batch means), the per-micro-batch
+    // convention THEORY.md sec. 7 uses, so there it is the mean of per-micro-batch losses.
+    backward(out.loss / static_cast<double>(micro));
+    add_micro_batch(r, out, 1.0 / static_cast<double>(micro));
+  }
+  finish_step(r, start);
   return r;
 }
 

@@ -11,6 +11,7 @@
 #include "nn/gpt.hpp"
 #include "optim/adamw.hpp"
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,15 +46,30 @@ public:
   /// Writes a checkpoint of the current state under train.checkpoint_dir; returns its directory.
   std::string save_checkpoint() const;
 
-  /// Runs one optimizer step.
+  /// Runs one optimizer step: zero_grad, micro_batches x (forward_micro_batch, backward of
+  /// loss / micro_batches, add_micro_batch), finish_step.
   StepResult train_step();
   /// Mean cross-entropy over train.eval_batches validation batches (no gradients).
   double evaluate() const;
 
+  // ---- the pieces of a step, for the parallel trainers (chapter 04 on) ---------------------
+  /// Clears every gradient (the start of a step).
+  void zero_grad();
+  /// The training forward pass of rows [row_begin, row_begin + rows) of the current step's
+  /// global batch; dropout masks follow the global row, so any rank may run any rows.
+  nn::ModelOutput forward_micro_batch(std::int64_t row_begin, std::int64_t rows) const;
+  /// Adds one micro-batch's losses (times `weight`) and MoE counts to `r`.
+  static void add_micro_batch(StepResult& r, const nn::ModelOutput& out, double weight);
+  /// Ends a step whose gradients are complete: global-norm clipping, AdamW at the scheduled
+  /// learning rate, step + 1; fills r.grad_norm, r.lr, r.step, and r.seconds and r.tokens_per_s
+  /// from `start`.
+  void finish_step(StepResult& r, std::chrono::steady_clock::time_point start);
   /// Steps completed so far.
   std::int64_t step() const { return step_; }
   const io::RunConfig& config() const { return config_; }
   const nn::GPT& model() const { return model_; }
+  /// The optimizer (its parameter list is the model's, in the same order).
+  const optim::AdamW& optimizer() const { return optimizer_; }
   const data::TokenDataset& dataset() const { return data_; }
   /// Model FLOPs per trained token (PaLM; metrics/flops.hpp).
   double flops_per_token() const;

@@ -86,7 +86,7 @@ private:
   MPI_Request request_;
   Finish finish_;
   Clock::time_point issued_ = Clock::now(); ///< the request was started just before this
-  Clock::time_point seen_done_;              ///< when MPI_Test or the wait first saw it complete
+  Clock::time_point seen_done_;             ///< when MPI_Test or the wait first saw it complete
   bool done_ = false;      ///< MPI has finished with the request (or it was cancelled, released)
   bool timed_out_ = false; ///< the deadline passed; error_ holds the timeout Error
   std::exception_ptr error_;

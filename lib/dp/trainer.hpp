@@ -1,0 +1,48 @@
+// The data-parallel training loop (chapter 04): the single-rank Trainer's step, with each rank
+// running its own rows of the global batch and DataParallel summing the gradients. With N ranks
+// and train.micro_batches = k, rank r runs micro-batches of batch_size / (N k) rows, rows
+// [(r k + m) b, +b) for m < k: the same micro-batches, routed the same way, as one rank with
+// train.micro_batches = N k (for a dense model any k gives the same step).
+// The easy thing to get wrong: the reported loss and MoE counts must be reduced over the ranks
+// too, or rank 0 reports only its own share of the batch.
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "dp/data_parallel.hpp"
+#include "metrics/trace.hpp"
+#include "train/trainer.hpp"
+
+#include <memory>
+
+namespace tinyscale::dp {
+
+/// Owns one rank's Trainer (model, optimizer, data) and its DataParallel wrapper.
+class DpTrainer {
+public:
+  /// Collective over `group`: builds the rank's trainer and wraps its parameters (which
+  /// broadcasts them from rank 0). train.batch_size must divide by group.size() x micro_batches.
+  /// `trace` (optional) records forward, backward, wait, optimizer and all-reduce events.
+  DpTrainer(io::RunConfig config, comm::Communicator& group, DpOptions options = {},
+            metrics::TraceRecorder* trace = nullptr);
+
+  /// Collective: one optimizer step on the global batch; every rank returns the same losses,
+  /// norm and MoE counts (reduced over the group).
+  train::StepResult train_step();
+
+  /// Rows per micro-batch on each rank: batch_size / (N x micro_batches).
+  std::int64_t micro_batch_rows() const { return rows_; }
+  /// The rank's trainer (evaluate, checkpoints, the model and optimizer).
+  train::Trainer& trainer() { return trainer_; }
+  const train::Trainer& trainer() const { return trainer_; }
+  const DataParallel& data_parallel() const { return *dp_; }
+
+private:
+  train::Trainer trainer_;
+  comm::Communicator* group_;
+  metrics::TraceRecorder* trace_;
+  metrics::TraceRecorder no_trace_;
+  std::int64_t rows_ = 0;
+  std::unique_ptr<DataParallel> dp_;
+};
+
+} // namespace tinyscale::dp

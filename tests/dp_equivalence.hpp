@@ -1,0 +1,146 @@
+// The proof of chapter 04, shared by the threads tests (label parallel) and the mpi tests (label
+// mpi): N data-parallel ranks with micro-batches of b rows and k accumulation steps train exactly
+// like one rank with batch N*b*k (split into N*k micro-batches, so a MoE layer routes the same
+// micro-batches). Compared after 3 AdamW steps: every step's loss and gradient norm, and every
+// parameter. Relative error of a tensor = max|dp - ref| / max|ref| (the worst element against the
+// tensor's scale), fp32, at most 1e-5. Why per tensor and not per element: summing the ranks'
+// gradients in another order changes float32 roundings by ~1e-7 relative, and an element whose
+// true value is ~0 would show a huge relative error for an absolute difference of ~1e-9.
+// The model has no biases: the attention key bias has a true gradient of exactly 0 (softmax
+// ignores a constant shift), so its fp32 gradient is rounding noise that Adam's m / sqrt(v)
+// turns into full-size steps of either sign (the same happens, more mildly, to any element whose
+// gradient is near 0: the error grows with the learning rate, 1e-3 here, and stays near 4e-6); the float64 case keeps biases to show that they
+// too are equal once the noise is gone.
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "dp/trainer.hpp"
+#include "train/trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace tinyscale::test {
+
+/// What one run leaves behind: per-step losses and norms, and the final parameters.
+struct RunRecord {
+  std::vector<double> losses, grad_norms;
+  std::vector<std::pair<std::string, std::vector<double>>> params;
+};
+
+/// The run both sides train: N*b*k sequences per step, 3 steps, clipping that bites.
+inline io::RunConfig dp_run_config(int n, int b, int k, bool moe, DType dtype = DType::Float32) {
+  io::RunConfig c;
+  c.model.vocab_size = 256;
+  c.model.n_positions = 16;
+  c.model.n_layer = 2;
+  c.model.n_head = 2;
+  c.model.n_embd = 32;
+  c.model.bias = dtype == DType::Float64;
+  c.model.dropout = 0.1; // masks follow the global row: the ranks must drop what one rank drops
+  c.model.dtype = dtype;
+  if (moe) c.model.moe = {2, 4, 2, 1.0, 1e-2, 1e-3}; // top-2 of 4 experts, capacity 1.0: drops
+  c.data.markov_train_tokens = 8192;
+  c.data.markov_val_tokens = 1024;
+  c.train.steps = 3;
+  c.train.batch_size = n * b * k;
+  c.train.seq_len = 16;
+  c.train.micro_batches = k;
+  c.optim.lr = 1e-3;
+  c.optim.warmup_steps = 0;
+  c.optim.grad_clip = 0.5;
+  return c;
+}
+
+inline void record_params(RunRecord& r, const nn::ParameterList& params) {
+  for (const auto& p : params) r.params.emplace_back(p.name, p.tensor.to_vector());
+}
+
+/// One rank, micro-batches of the same size as the data-parallel run's (N*k of them).
+inline RunRecord reference_run(io::RunConfig config, int n) {
+  config.train.micro_batches *= n;
+  train::Trainer trainer(config);
+  RunRecord r;
+  for (int s = 0; s < config.train.steps; ++s) {
+    const train::StepResult step = trainer.train_step();
+    r.losses.push_back(step.loss);
+    r.grad_norms.push_back(step.grad_norm);
+  }
+  record_params(r, trainer.model().parameters());
+  return r;
+}
+
+/// This rank's side of the data-parallel run over `group`.
+inline RunRecord dp_run(comm::Communicator& group, const io::RunConfig& config,
+                        dp::DpOptions options = {}) {
+  dp::DpTrainer trainer(config, group, options);
+  RunRecord r;
+  for (int s = 0; s < config.train.steps; ++s) {
+    const train::StepResult step = trainer.train_step();
+    r.losses.push_back(step.loss);
+    r.grad_norms.push_back(step.grad_norm);
+  }
+  record_params(r, trainer.trainer().model().parameters());
+  return r;
+}
+
+inline double relative_error(double got, double want) {
+  return std::abs(got - want) / std::max(std::abs(want), 1e-30);
+}
+
+/// "" when `got` equals `want` within `tolerance`, else what differs first and by how much.
+inline std::string compare_runs(const RunRecord& want, const RunRecord& got, double tolerance) {
+  char buf[256];
+  for (std::size_t s = 0; s < want.losses.size(); ++s) {
+    for (auto [what, w, g] : {std::tuple{"loss", want.losses[s], got.losses[s]},
+                              std::tuple{"grad norm", want.grad_norms[s], got.grad_norms[s]}}) {
+      if (relative_error(g, w) > tolerance) {
+        std::snprintf(buf, sizeof buf,
+                      "step %zu %s: expected %.9g (one rank), found %.9g (rel %.2e)", s + 1, what,
+                      w, g, relative_error(g, w));
+        return buf;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < want.params.size(); ++i) {
+    const auto& [name, w] = want.params[i];
+    const std::vector<double>& g = got.params[i].second;
+    double worst = 0, scale = 0;
+    std::size_t at = 0;
+    for (std::size_t j = 0; j < w.size(); ++j) {
+      scale = std::max(scale, std::abs(w[j]));
+      if (std::abs(g[j] - w[j]) > worst) worst = std::abs(g[j] - w[j]), at = j;
+    }
+    if (worst > tolerance * scale) {
+      std::snprintf(buf, sizeof buf,
+                    "parameter %s after %zu steps: element %zu expected %.9g (one rank), found "
+                    "%.9g; max |diff| / max |ref| = %.2e",
+                    name.c_str(), want.losses.size(), at, w[at], g[at], worst / scale);
+      return buf;
+    }
+  }
+  return "";
+}
+
+/// The largest relative error over losses, norms and parameters (for reports).
+inline double worst_error(const RunRecord& want, const RunRecord& got) {
+  double worst = 0;
+  for (std::size_t s = 0; s < want.losses.size(); ++s) {
+    worst = std::max(worst, relative_error(got.losses[s], want.losses[s]));
+    worst = std::max(worst, relative_error(got.grad_norms[s], want.grad_norms[s]));
+  }
+  for (std::size_t i = 0; i < want.params.size(); ++i) {
+    double diff = 0, scale = 0;
+    for (std::size_t j = 0; j < want.params[i].second.size(); ++j) {
+      scale = std::max(scale, std::abs(want.params[i].second[j]));
+      diff = std::max(diff, std::abs(got.params[i].second[j] - want.params[i].second[j]));
+    }
+    worst = std::max(worst, diff / std::max(scale, 1e-30));
+  }
+  return worst;
+}
+
+} // namespace tinyscale::test
