@@ -1,0 +1,41 @@
+// Chapter 04's proof under mpirun -np 4 (label mpi): the same comparisons as
+// tests/parallel/test_dp_equivalence.cpp, with real processes. DP = 4 uses the world; DP = 2 runs
+// twice side by side, on the two halves of the world (a split), each against one rank.
+#include "dp_equivalence.hpp"
+#include "mpi_world.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tinyscale;
+using namespace tinyscale::test;
+
+namespace {
+constexpr double kTolerance = 1e-5;
+
+std::string dp_difference(comm::Communicator& group, int b, int k, bool moe,
+                          dp::DpOptions options = {}) {
+  const io::RunConfig config = dp_run_config(group.size(), b, k, moe);
+  const RunRecord want = reference_run(config, group.size());
+  const RunRecord got = dp_run(group, config, options);
+  INFO("worst relative error " << worst_error(want, got));
+  return compare_runs(want, got, kTolerance);
+}
+} // namespace
+
+TEST_CASE("mpi: data parallel on 4 processes equals one rank (fp32, rel 1e-5)", "[dp]") {
+  auto world = mpi_world();
+  REQUIRE(world->size() == 4);
+  SECTION("dense, b = 1, k = 2") { CHECK(dp_difference(*world, 1, 2, false, {16 << 10}) == ""); }
+  SECTION("MoE top-2 with dropping, k = 1") { CHECK(dp_difference(*world, 1, 1, true) == ""); }
+}
+
+TEST_CASE("mpi: data parallel on 2 processes (each half of the world) equals one rank", "[dp]") {
+  auto world = mpi_world();
+  auto half = world->split(world->rank() / 2, world->rank(), "dp");
+  CHECK(dp_difference(*half, 2, 2, false, {1}) == "");
+}
+
+TEST_CASE("mpi: leaving out one bucket's all-reduce breaks the equivalence", "[dp]") {
+  auto world = mpi_world();
+  CHECK_FALSE(dp_difference(*world, 1, 1, false, {16 << 10, true, 2}).empty());
+}
