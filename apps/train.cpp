@@ -1,17 +1,23 @@
-// `tinyscale train`: the single-rank training run of chapter 02. It prints one line per
-// train.log_every steps, a progress bar with ETA on an interactive terminal, validation loss
-// beside the data's entropy rate where it is known, and writes JSON lines with --metrics.
-// Easy to get wrong: MFU needs a peak; without one it prints "n/a" and how to get one.
+// `tinyscale train`: the training run of chapter 02, on one rank or data parallel (chapter 04:
+// --dp N on threads, or every rank of mpirun). It prints one line per train.log_every steps, a
+// progress bar with ETA on an interactive terminal, validation loss beside the data's entropy
+// rate where it is known, writes JSON lines with --metrics and a Chrome trace with --trace.
+// Easy to get wrong: MFU needs a peak; without one it prints "n/a" and how to get one. Under data
+// parallelism only rank 0 prints, writes metrics and checkpoints (the replicas are identical).
+#include "comm/launch.hpp"
 #include "commands.hpp"
+#include "dp/trainer.hpp"
 #include "io/config.hpp"
 #include "metrics/mfu.hpp"
 #include "metrics/progress.hpp"
+#include "metrics/trace.hpp"
 #include "train/trainer.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <unistd.h>
@@ -28,6 +34,11 @@ struct TrainOptions {
   bool resume_latest = false;
   double peak_gflops = 0;
   bool list_keys = false;
+  int dp = 0; // 0: one rank without the data-parallel wrapper (unless mpirun or --trace)
+  std::string backend = "auto";
+  std::int64_t bucket_kb = 256;
+  bool no_overlap = false;
+  std::string trace_path;
 };
 
 nlohmann::json moe_json(const std::vector<nn::MoeLayerStats>& moe) {
@@ -60,35 +71,31 @@ std::string val_line(double val_loss, std::optional<double> entropy) {
   return buf;
 }
 
-void run_train(const TrainOptions& opt) {
-  if (opt.list_keys) {
-    std::cout << io::describe_keys();
-    return;
-  }
-  TS_CHECK(!opt.config.empty(), "train: expected --config FILE (for example configs/tiny.toml), ",
-           "found none; `tinyscale train --list-keys` lists every key a config may set");
-  io::RunConfig config = io::load_config(opt.config, opt.overrides);
-  if (opt.peak_gflops > 0) config.train.peak_gflops = opt.peak_gflops;
+// The loop, the same for one rank and for data parallelism: `step` runs one step (collective under
+// data parallelism); only the `root` rank prints, writes metrics and saves checkpoints.
+void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::Trainer& trainer,
+              const std::function<train::StepResult()>& step, bool root, int ranks) {
   const train::TrainConfig& t = config.train;
-  train::Trainer trainer(config);
   const bool resuming = opt.resume_latest || !opt.resume.empty();
   if (resuming) {
     const std::string from = opt.resume.empty() ? config.train.checkpoint_dir : opt.resume;
     trainer.resume(from);
-    std::printf("resumed from %s at step %lld\n", from.c_str(),
-                static_cast<long long>(trainer.step()));
+    if (root)
+      std::printf("resumed from %s at step %lld\n", from.c_str(),
+                  static_cast<long long>(trainer.step()));
     TS_CHECK(trainer.step() <= t.steps, "train: the checkpoint is at step ", trainer.step(),
              ", past train.steps = ", t.steps, "; resume with the config it was written with");
     if (trainer.step() == t.steps) {
-      std::printf("nothing to do: the checkpoint is at train.steps = %lld\n",
-                  static_cast<long long>(t.steps));
+      if (root)
+        std::printf("nothing to do: the checkpoint is at train.steps = %lld\n",
+                    static_cast<long long>(t.steps));
       return;
     }
   }
   // Opened after a successful resume, and appended to: a resumed run continues the file of the
   // interrupted one (whose lines up to the checkpoint's step it then repeats, if it ran past it).
   std::unique_ptr<std::ofstream> metrics;
-  if (!opt.metrics_path.empty()) {
+  if (root && !opt.metrics_path.empty()) {
     metrics = std::make_unique<std::ofstream>(opt.metrics_path,
                                               resuming ? std::ios::app : std::ios::trunc);
     TS_CHECK(metrics->good(), "train: cannot open --metrics file ", opt.metrics_path,
@@ -96,26 +103,33 @@ void run_train(const TrainOptions& opt) {
   }
   const metrics::Peak peak = metrics::resolve_peak(t.peak_gflops, Device::cpu(), "fp32");
   const double flops = trainer.flops_per_token();
-  std::printf("model: %lld parameters, %d layers, d_model %lld%s | %.3g FLOPs per token\n",
-              static_cast<long long>(nn::count_elements(trainer.model().parameters())),
-              config.model.n_layer, static_cast<long long>(config.model.n_embd),
-              config.model.moe.every > 0 ? " (MoE)" : "", flops);
-  std::printf("data: %s\n", trainer.dataset().describe().c_str());
-  std::printf("run: %lld steps x %lld sequences x %lld tokens\n", static_cast<long long>(t.steps),
-              static_cast<long long>(t.batch_size), static_cast<long long>(t.seq_len));
-  std::fflush(stdout);
+  if (root) {
+    std::printf("model: %lld parameters, %d layers, d_model %lld%s | %.3g FLOPs per token\n",
+                static_cast<long long>(nn::count_elements(trainer.model().parameters())),
+                config.model.n_layer, static_cast<long long>(config.model.n_embd),
+                config.model.moe.every > 0 ? " (MoE)" : "", flops);
+    std::printf("data: %s\n", trainer.dataset().describe().c_str());
+    std::printf("run: %lld steps x %lld sequences x %lld tokens\n", static_cast<long long>(t.steps),
+                static_cast<long long>(t.batch_size), static_cast<long long>(t.seq_len));
+    std::fflush(stdout);
+  }
 
-  const bool interactive = isatty(STDERR_FILENO) != 0;
+  const bool interactive = root && isatty(STDERR_FILENO) != 0;
   metrics::Progress progress(t.steps, std::cerr, interactive); // rate from its first update
   const std::optional<double> entropy = trainer.dataset().entropy_rate();
   double val_loss = 0, total_seconds = 0;
   std::int64_t timed_tokens = 0;
   bool evaluated = false;
   while (trainer.step() < t.steps) {
-    train::StepResult r = trainer.train_step();
+    train::StepResult r = step();
     total_seconds += r.seconds;
     timed_tokens += t.batch_size * t.seq_len;
-    const std::optional<double> mfu = metrics::mfu(flops, r.tokens_per_s, peak);
+    if (!root) {
+      if (r.step == t.steps || (t.eval_every > 0 && r.step % t.eval_every == 0))
+        trainer.evaluate(); // every rank evaluates, so no rank runs ahead of the others
+      continue;
+    }
+    const std::optional<double> mfu = metrics::mfu(flops, r.tokens_per_s, peak, ranks);
     nlohmann::json line = {{"step", r.step},
                            {"loss", r.loss},
                            {"lm_loss", r.lm_loss},
@@ -150,7 +164,7 @@ void run_train(const TrainOptions& opt) {
       if (interactive) std::cerr << "\r\033[K";
       std::printf("step %lld/%lld | %s | %s\n", static_cast<long long>(r.step),
                   static_cast<long long>(t.steps), text.c_str(),
-                  metrics::format_mfu(flops, r.tokens_per_s, peak).c_str());
+                  metrics::format_mfu(flops, r.tokens_per_s, peak, ranks).c_str());
       if (eval_now)
         std::printf("step %lld/%lld | %s\n", static_cast<long long>(r.step),
                     static_cast<long long>(t.steps), val_line(val_loss, entropy).c_str());
@@ -160,18 +174,20 @@ void run_train(const TrainOptions& opt) {
     if (t.checkpoint_every > 0 && (r.step % t.checkpoint_every == 0 || r.step == t.steps))
       std::printf("checkpoint: %s\n", trainer.save_checkpoint().c_str());
   }
+  if (!root) return;
   if (interactive) progress.finish("done");
   const double tokens_per_s =
       timed_tokens > 0 ? static_cast<double>(timed_tokens) / total_seconds : 0;
   std::printf("done: %lld steps in %.1f s | %.0f tok/s | %s\n",
               static_cast<long long>(trainer.step()), total_seconds, tokens_per_s,
-              metrics::format_mfu(flops, tokens_per_s, peak).c_str());
+              metrics::format_mfu(flops, tokens_per_s, peak, ranks).c_str());
   if (evaluated) std::printf("final %s\n", val_line(val_loss, entropy).c_str());
   if (metrics) {
-    const std::optional<double> mfu = metrics::mfu(flops, tokens_per_s, peak);
+    const std::optional<double> mfu = metrics::mfu(flops, tokens_per_s, peak, ranks);
     nlohmann::json summary = {
         {"summary", true},
         {"steps", trainer.step()},
+        {"ranks", ranks},
         {"seconds", total_seconds},
         {"tokens_per_s", tokens_per_s},
         {"mfu", mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr)},
@@ -183,11 +199,67 @@ void run_train(const TrainOptions& opt) {
   }
 }
 
+// One rank of a data-parallel run: the wrapper, the loop, then the gathered trace on rank 0.
+void run_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Communicator& world) {
+  TS_CHECK(opt.dp == 0 || world.size() == opt.dp, "train: expected ", opt.dp,
+           " ranks (--dp), found a world of ", world.size(),
+           " (mpirun -np decides the ranks under mpirun; pass the same --dp or leave it out)");
+  std::optional<metrics::TraceRecorder> trace_on;
+  if (!opt.trace_path.empty()) trace_on.emplace(world.rank(), metrics::synchronized_origin(world));
+  metrics::TraceRecorder* trace = trace_on ? &*trace_on : nullptr;
+  dp::DpOptions options;
+  options.bucket_bytes = opt.bucket_kb * 1024;
+  options.overlap = !opt.no_overlap;
+  dp::DpTrainer trainer(config, world, options, trace);
+  const bool root = world.rank() == 0;
+  if (root)
+    std::printf("data parallel: %d ranks (%s) x %lld micro-batches of %lld rows | %zu buckets of "
+                "%lld KiB, %s\n",
+                world.size(), world.backend(), static_cast<long long>(config.train.micro_batches),
+                static_cast<long long>(trainer.micro_batch_rows()),
+                trainer.data_parallel().buckets().size(), static_cast<long long>(opt.bucket_kb),
+                options.overlap ? "all-reduced during backward" : "all-reduced after backward");
+  run_loop(
+      opt, config, trainer.trainer(), [&] { return trainer.train_step(); }, root, world.size());
+  if (opt.trace_path.empty()) return;
+  const std::vector<metrics::TraceEvent> events = metrics::gather_events(world, trace->events());
+  if (!root) return;
+  metrics::write_chrome_trace(opt.trace_path, events);
+  const metrics::Overlap overlap = metrics::measure_overlap(events);
+  std::printf("trace: %s (%zu events; open it in https://ui.perfetto.dev or run `tinyscale trace "
+              "%s`)\noverlap: %.1f ms of %.1f ms communication hidden behind compute (%.0f%%)\n",
+              opt.trace_path.c_str(), events.size(), opt.trace_path.c_str(),
+              overlap.hidden_us * 1e-3, overlap.comm_us * 1e-3, 100.0 * overlap.fraction());
+}
+
+void run_train(const TrainOptions& opt) {
+  if (opt.list_keys) {
+    std::cout << io::describe_keys();
+    return;
+  }
+  TS_CHECK(!opt.config.empty(), "train: expected --config FILE (for example configs/tiny.toml), ",
+           "found none; `tinyscale train --list-keys` lists every key a config may set");
+  io::RunConfig config = io::load_config(opt.config, opt.overrides);
+  if (opt.peak_gflops > 0) config.train.peak_gflops = opt.peak_gflops;
+  const comm::Backend backend = comm::parse_backend(opt.backend);
+  const bool parallel = opt.dp > 0 || !opt.trace_path.empty() ||
+                        comm::resolve_backend(backend) != comm::Backend::Threads;
+  if (!parallel) { // the single-rank reference of chapter 02, without any wrapper
+    train::Trainer trainer(config);
+    run_loop(
+        opt, config, trainer, [&] { return trainer.train_step(); }, true, 1);
+    return;
+  }
+  comm::run_world(backend, std::max(1, opt.dp),
+                  [&](comm::Communicator& world) { run_rank(opt, config, world); });
+}
+
 } // namespace
 
 void add_train(CLI::App& app) {
   auto opt = std::make_shared<TrainOptions>();
-  auto* cmd = app.add_subcommand("train", "Train a GPT-2 (or MoE) model on one CPU rank");
+  auto* cmd = app.add_subcommand(
+      "train", "Train a GPT-2 (or MoE) model on one CPU rank, or data parallel (--dp N, mpirun)");
   cmd->add_option("--config", opt->config, "TOML run config, e.g. configs/tiny.toml");
   cmd->add_option("--set", opt->overrides,
                   "Override a config key: --set model.n_layer=4 (repeatable)");
@@ -200,6 +272,23 @@ void add_train(CLI::App& app) {
   cmd->add_option("--peak-gflops", opt->peak_gflops,
                   "Peak GF/s of this device for MFU (default: the cached `tinyscale bench peak`)");
   cmd->add_flag("--list-keys", opt->list_keys, "List every config key with its default and exit");
+  cmd->add_option("--dp", opt->dp,
+                  "Data-parallel ranks (chapter 04): N threads, or under mpirun the world size; "
+                  "train.batch_size is the global batch and must divide by N x micro_batches")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--backend", opt->backend,
+                  "Where data-parallel ranks run: auto (mpi under mpirun, else threads), threads, "
+                  "mpi")
+      ->capture_default_str();
+  cmd->add_option("--bucket-kb", opt->bucket_kb,
+                  "Gradient bucket size in KiB (1 KiB or less: about one bucket per parameter)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  cmd->add_flag("--no-overlap", opt->no_overlap,
+                "All-reduce every bucket after backward instead of during it");
+  cmd->add_option("--trace", opt->trace_path,
+                  "Write a Chrome trace (every rank's compute and communication) to FILE and "
+                  "report the overlap; view with Perfetto or `tinyscale trace FILE`");
   cmd->callback([opt, resume] {
     opt->resume_latest = resume->count() > 0;
     run_train(*opt);
