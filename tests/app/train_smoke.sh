@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end check of the `tinyscale` program (label app): a short training run with metrics and
-# checkpoints, a resume that continues where it stopped, an export to the Hugging Face layout,
-# and a config typo that is refused with a suggestion. Usage: train_smoke.sh TINYSCALE SOURCE_DIR
+# checkpoints, a resume that continues where it stopped, a data-parallel run (--dp 2 --trace) whose
+# losses equal the single-rank run's and whose trace `tinyscale trace` draws, an export to the
+# Hugging Face layout, and a config typo that is refused with a suggestion. Usage: train_smoke.sh TINYSCALE SOURCE_DIR
 set -euo pipefail
 bin=$1
 src=$2
@@ -29,6 +30,20 @@ tail_losses() { grep '"step"' "$1" | tail -3 | sed 's/.*"loss":\([^,]*\).*/\1/';
 [ "$(tail_losses "$work/full.jsonl")" = "$(tail_losses "$work/resumed.jsonl")" ] ||
   fail "resumed losses differ from the uninterrupted run"
 
+# data parallel on 2 thread ranks: same losses (rel 1e-5: the ranks sum in another order), a trace
+"$bin" train "${common[@]}" --set "train.checkpoint_dir=\"$work/ckpt_dp\"" --dp 2 \
+  --trace "$work/trace.json" --metrics "$work/dp.jsonl" > "$work/dp.txt"
+grep -q "data parallel: 2 ranks (threads)" "$work/dp.txt" || fail "--dp 2 did not say so"
+grep -q "^overlap: .* hidden behind compute" "$work/dp.txt" || fail "--trace reported no overlap"
+losses() { grep '"step"' "$1" | sed 's/.*"loss":\([^,]*\).*/\1/' | tr '\n' ' '; }
+awk -v a="$(losses "$work/full.jsonl")" -v b="$(losses "$work/dp.jsonl")" 'BEGIN {
+  n = split(a, x, " "); m = split(b, y, " "); if (n != 6 || m != 6) exit 1
+  for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * x[i]) exit 1 } }' ||
+  fail "data-parallel losses ($(losses "$work/dp.jsonl")) differ from one rank's ($(losses "$work/full.jsonl"))"
+"$bin" trace "$work/trace.json" > "$work/trace.txt"
+grep -q "rank 1" "$work/trace.txt" || fail "tinyscale trace drew no row for rank 1"
+grep -q "^overlap:" "$work/trace.txt" || fail "tinyscale trace printed no overlap line"
+
 "$bin" export-hf "$work/hf" --checkpoint "$work/ckpt" > /dev/null
 [ -s "$work/hf/config.json" ] && [ -s "$work/hf/model.safetensors" ] || fail "export-hf wrote nothing"
 grep -q '"model_type": *"gpt2"' "$work/hf/config.json" || fail "config.json is not GPT-2's"
@@ -37,4 +52,4 @@ if "$bin" train --config "$src/configs/tiny.toml" --set model.n_embed=32 2> "$wo
   fail "a misspelt key was accepted"
 fi
 grep -q "did you mean 'model.n_embd'" "$work/err.txt" || fail "no suggestion for a misspelt key"
-echo "train_smoke: train, metrics, resume, export-hf and config errors behave"
+echo "train_smoke: train, metrics, resume, data parallel with a trace, export-hf and config errors behave"
