@@ -24,5 +24,7 @@ void add_export_hf(CLI::App& app);
 void add_check(CLI::App& app);
 /// Adds `placement`: a mesh placed on a topology file, the links every group crosses.
 void add_placement(CLI::App& app);
+/// Adds `trace`: the timeline, step-time breakdown and overlap of a Chrome trace file.
+void add_trace(CLI::App& app);
 
 } // namespace tinyscale::app

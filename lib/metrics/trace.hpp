@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tinyscale::metrics {
@@ -21,14 +22,15 @@ using TraceClock = std::chrono::steady_clock;
 
 /// One interval of one rank on one stream. Times are microseconds since the run's origin.
 struct TraceEvent {
-  int rank = 0;            ///< world rank (the Chrome "pid": one process row per rank)
-  std::string stream;      ///< "compute" or "comm" (the Chrome "tid": one track per stream)
-  std::string name;        ///< "forward 0", "backward 1", "all_reduce bucket 3", "wait", ...
-  std::string category;    ///< "forward", "backward", "optimizer", "comm", "wait", ...
-  double start_us = 0;     ///< start, microseconds since the origin
-  double duration_us = 0;  ///< length in microseconds (>= 0)
-  std::int64_t bytes = 0;  ///< bytes communicated (comm events; 0 otherwise)
+  int rank = 0;           ///< world rank (the Chrome "pid": one process row per rank)
+  std::string stream;     ///< "compute" or "comm" (the Chrome "tid": one track per stream)
+  std::string name;       ///< "forward 0", "backward 1", "all_reduce bucket 3", "wait", ...
+  std::string category;   ///< "forward", "backward", "optimizer", "comm", "wait", ...
+  double start_us = 0;    ///< start, microseconds since the origin
+  double duration_us = 0; ///< length in microseconds (>= 0)
+  std::int64_t bytes = 0; ///< bytes communicated (comm events; 0 otherwise)
 
+  /// The end of the interval, microseconds since the origin.
   double end_us() const { return start_us + duration_us; }
 };
 
@@ -42,8 +44,11 @@ public:
   /// An enabled recorder for world rank `rank`, measuring from `origin`.
   TraceRecorder(int rank, TraceClock::time_point origin);
 
+  /// False for a default-constructed recorder: then every call records nothing.
   bool enabled() const { return enabled_; }
+  /// The world rank stamped on every event.
   int rank() const { return rank_; }
+  /// The time point that is 0 us in this recorder's events.
   TraceClock::time_point origin() const { return origin_; }
 
   /// Records [start, end) on `stream`.
@@ -86,13 +91,17 @@ std::vector<TraceEvent> gather_events(comm::Communicator& world,
                                       const std::vector<TraceEvent>& events);
 
 /// Chrome trace-event JSON ({"traceEvents": [...], "displayTimeUnit": "ms"}): one "X" (complete)
-/// event per TraceEvent with pid = rank, tid = stream, plus "M" metadata events that name each
-/// process "rank R" and each thread by its stream, so Perfetto shows one track per rank and stream.
+/// event per TraceEvent, in order, with ts/dur in microseconds, pid = rank, tid = a small integer
+/// per stream ("compute" 0, "comm" 1, others after them by name), cat = category and args
+/// {category, bytes}, plus "M" metadata events that name each process "rank R" and each thread by
+/// its stream, so Perfetto shows one track per rank and stream.
 std::string chrome_trace_json(const std::vector<TraceEvent>& events);
-/// Writes chrome_trace_json(events) to `path`; an Error naming the path when it cannot.
+/// Writes chrome_trace_json(events) to `path` (through `path`.partial, renamed when complete);
+/// an Error naming the path when it cannot.
 void write_chrome_trace(const std::string& path, const std::vector<TraceEvent>& events);
 /// Reads a file written by write_chrome_trace (or any trace with "X" events whose pid is an
-/// integer); an Error naming the path and what is wrong when it is not such a file.
+/// integer; a thread without a thread_name becomes the stream "thread T" for its tid T); an Error
+/// naming the path and what is wrong when it is not such a file.
 std::vector<TraceEvent> read_chrome_trace(const std::string& path);
 
 /// Communication hidden behind computation (THEORY.md has no formula; this is the definition).
@@ -107,14 +116,17 @@ struct Overlap {
 /// hiding it), summed over ranks.
 Overlap measure_overlap(const std::vector<TraceEvent>& events);
 
-/// Time per category summed over ranks, divided by the number of ranks, in microseconds, in
-/// order of first appearance (the step-time breakdown: forward, backward, wait, optimizer, ...).
+/// Time per category of the events on `stream`, summed over ranks, divided by the number of ranks
+/// in `events` (all streams), in microseconds, in order of first appearance (the step-time
+/// breakdown: forward, backward, wait, optimizer, ...).
 std::vector<std::pair<std::string, double>> time_by_category(const std::vector<TraceEvent>& events,
                                                              const std::string& stream);
 
-/// An ASCII timeline, `width` columns wide: a scale line, then one row per rank and stream
-/// ("rank 0 compute |FFFFBBBBBB..W.O|"), each column showing the category that covers most of its
-/// time slice (first letter, upper case; '.' idle), then a legend. For a terminal.
+/// An ASCII timeline, `width` columns wide: a scale line, then one row per rank and stream (rank
+/// order; "compute" first, then "comm", then the others) like "rank 0 compute |FFFFBBBBBB..W.O|",
+/// each column showing the category that covers most of its time slice ('.' when idle time covers
+/// more than any category), then a legend. A category's letter is the first letter of its name,
+/// upper case, not taken by a category seen earlier ("comm" is C, then "compute" would be O).
 std::string render_timeline(const std::vector<TraceEvent>& events, int width = 100);
 
 } // namespace tinyscale::metrics
