@@ -63,7 +63,9 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(train.steps, "optimizer steps"),
       TS_CONFIG_KEY(train.batch_size, "sequences per optimizer step (global batch)"),
       TS_CONFIG_KEY(train.seq_len, "tokens per sequence; at most model.n_positions"),
-      TS_CONFIG_KEY(train.micro_batches, "gradient accumulation steps; must divide batch_size"),
+      TS_CONFIG_KEY(
+          train.micro_batches,
+          "gradient accumulation steps, per rank under --dp (batch_size must divide by dp x this)"),
       TS_CONFIG_KEY(train.seed, "seeds parameter init and dropout"),
       TS_CONFIG_KEY(train.eval_every, "evaluate every N steps; 0 = only at the end"),
       TS_CONFIG_KEY(train.eval_batches, "validation batches per evaluation"),

@@ -12,7 +12,8 @@ struct TrainConfig {
   std::int64_t steps = 200;
   std::int64_t batch_size = 16;   ///< sequences per optimizer step (global batch)
   std::int64_t seq_len = 64;      ///< tokens per sequence; at most model.n_positions
-  std::int64_t micro_batches = 1; ///< gradient accumulation: batch_size is split into this many
+  std::int64_t micro_batches = 1; ///< gradient accumulation: each rank's share of batch_size is
+                                  ///< split into this many (chapter 04: per data-parallel rank)
   std::uint64_t seed = 42;        ///< parameter init and dropout
   std::int64_t eval_every =
       50; ///< evaluate on the validation split every N steps (0 = only at end)
