@@ -15,10 +15,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,7 +30,7 @@ namespace {
 struct BenchDpOptions {
   std::string config = "configs/bench-cpu.toml";
   std::vector<std::string> overrides;
-  std::string ranks = "1,2,4";
+  std::vector<int> ranks{1, 2, 4};
   bool ranks_given = false;
   std::string backend = "auto";
   std::int64_t steps = 5;
@@ -60,27 +60,11 @@ struct Row {
   double step_s = 0;       ///< median over timed steps of the slowest rank's step time
   double tokens_per_s = 0; ///< global batch tokens / step_s
   std::optional<double> efficiency;
-  double comm_ms = 0; ///< all-reduce time per step, mean over ranks
-  double wait_ms = 0; ///< "wait" (exposed communication) per step, mean over ranks
-  double overlap = 0; ///< measure_overlap over every rank's timed events
+  double comm_ms = 0;     ///< time with an all-reduce in flight per step, mean over ranks
+  double comm_sum_ms = 0; ///< the sum of the buckets' all-reduce times per step, mean over ranks
+  double wait_ms = 0;     ///< "wait" (exposed communication) per step, mean over ranks
+  double overlap = 0;     ///< measure_overlap over every rank's timed events
 };
-
-std::vector<int> parse_ranks(const std::string& list) {
-  std::vector<int> ranks;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    int n = 0;
-    try {
-      n = std::stoi(item);
-    } catch (const std::exception&) {
-    }
-    TS_CHECK(n >= 1 && n <= 1024, "bench dp: expected --ranks as a comma-separated list of ",
-             "rank counts such as 1,2,4, found '", item, "' in '", list, "'");
-    ranks.push_back(n);
-  }
-  TS_CHECK(!ranks.empty(), "bench dp: expected at least one rank count in --ranks, found none");
-  return ranks;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -93,6 +77,25 @@ double category_us(const std::vector<metrics::TraceEvent>& events, const std::st
   for (const auto& [name, us] : metrics::time_by_category(events, stream))
     if (name == category) return us;
   return 0;
+}
+
+/// Time with at least one all-reduce in flight, summed over ranks: the union of each rank's comm
+/// events. Buckets in flight together count once (the sum of their durations can exceed a step).
+double comm_in_flight_us(const std::vector<metrics::TraceEvent>& events) {
+  std::map<int, std::vector<std::pair<double, double>>> spans; // rank -> [start, end)
+  for (const auto& e : events)
+    if (e.stream == "comm") spans[e.rank].emplace_back(e.start_us, e.end_us());
+  double total = 0;
+  for (auto& [rank, list] : spans) {
+    std::sort(list.begin(), list.end());
+    double covered_to = list.front().first;
+    for (const auto& [start, end] : list)
+      if (end > covered_to) {
+        total += end - std::max(start, covered_to);
+        covered_to = end;
+      }
+  }
+  return total;
 }
 
 /// Collective over `world`: warm-up and timed steps of one strategy. Returns the row on rank 0
@@ -118,7 +121,8 @@ Row measure(comm::Communicator& world, const io::RunConfig& config, const Strate
   row.step_s = median(slowest);
   row.tokens_per_s =
       static_cast<double>(config.train.batch_size * config.train.seq_len) / row.step_s;
-  row.comm_ms = category_us(events, "comm", "comm") / steps * 1e-3;
+  row.comm_ms = comm_in_flight_us(events) / world.size() / steps * 1e-3;
+  row.comm_sum_ms = category_us(events, "comm", "comm") / steps * 1e-3;
   row.wait_ms = category_us(events, "compute", "wait") / steps * 1e-3;
   row.overlap = metrics::measure_overlap(events).fraction();
   return row;
@@ -185,6 +189,7 @@ void write_json(const std::string& path, const std::string& command, const std::
                            {"tokens_per_s", r.tokens_per_s},
                            {"efficiency", r.efficiency ? nlohmann::json(*r.efficiency) : nullptr},
                            {"comm_ms", r.comm_ms},
+                           {"comm_sum_ms", r.comm_sum_ms},
                            {"wait_ms", r.wait_ms},
                            {"overlap", r.overlap}});
   std::ofstream file(path);
@@ -199,7 +204,8 @@ std::string command_line(const BenchDpOptions& opt, comm::Backend backend, int w
   c += "tinyscale bench dp --config " + opt.config;
   for (const std::string& s : opt.overrides) c += " --set " + s;
   c += " --backend " + std::string(comm::backend_name(backend));
-  if (backend == comm::Backend::Threads) c += " --ranks " + opt.ranks;
+  for (std::size_t i = 0; backend == comm::Backend::Threads && i < opt.ranks.size(); ++i)
+    c += (i ? "," : " --ranks ") + std::to_string(opt.ranks[i]);
   c += " --steps " + std::to_string(opt.steps) + " --warmup " + std::to_string(opt.warmup) +
        " --bucket-kb " + std::to_string(opt.bucket_kb);
   return c;
@@ -219,8 +225,9 @@ void print_header(const std::string& command, const io::RunConfig& config, int m
     std::printf("note: ranks share cores: %d ranks on %u hardware threads run their compute "
                 "side by side, so past %u ranks the step cannot get faster\n",
                 max_ranks, cores, cores);
-  std::printf("step time: each step's slowest rank, median over the timed steps; comm and "
-              "wait: mean over ranks per step\n\n");
+  std::printf(
+      "step time: each step's slowest rank, median over the timed steps; comm: time "
+      "with at least one all-reduce in flight; comm and wait: mean over ranks per step\n\n");
 }
 
 void run_bench_dp(const BenchDpOptions& opt) {
@@ -229,7 +236,7 @@ void run_bench_dp(const BenchDpOptions& opt) {
   // The learning rate does not change the time of a step; keep the schedule valid for short runs.
   if (config.optim.decay_steps == 0 && config.optim.warmup_steps > config.train.steps)
     config.optim.warmup_steps = config.train.steps;
-  const std::vector<int> ranks = parse_ranks(opt.ranks);
+  const std::vector<int>& ranks = opt.ranks;
   const comm::Backend backend = comm::resolve_backend(comm::parse_backend(opt.backend));
   TS_CHECK(backend == comm::Backend::Threads || backend == comm::Backend::Mpi,
            "bench dp: expected --backend auto, threads or mpi, found ", opt.backend);
@@ -250,7 +257,7 @@ void run_bench_dp(const BenchDpOptions& opt) {
       const int n = world.size();
       TS_CHECK(!opt.ranks_given || std::find(ranks.begin(), ranks.end(), n) != ranks.end(),
                "bench dp: under mpirun the world size (", n, ") is the rank count, but --ranks ",
-               opt.ranks, " does not list it; run mpirun -np with one of them");
+               "does not list it; run mpirun -np with one of the --ranks values");
       if (world.rank() == 0) print_header(command_line(opt, backend, n), config, n);
       measure_world(world, config, opt, rows, trace);
     });
@@ -279,7 +286,9 @@ void add_bench_dp(CLI::App& bench) {
                                 "Rank counts of the threads backend; under mpirun the world "
                                 "size is measured (N = 1 needs its own `mpirun -np 1` run) and "
                                 "--ranks, when given, must list it")
-                    ->capture_default_str();
+                    ->capture_default_str()
+                    ->delimiter(',')
+                    ->check(CLI::Range(1, 1024));
   cmd->add_option("--backend", opt->backend, "auto (mpi under mpirun, else threads), threads, mpi")
       ->capture_default_str();
   cmd->add_option("--steps", opt->steps, "Timed steps")
