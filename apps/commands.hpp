@@ -16,6 +16,8 @@ void add_info(CLI::App& app);
 
 /// Adds `bench train`: training tokens/s and CPU MFU of one config.
 void add_bench_train(CLI::App& bench);
+/// Adds `bench dp`: data-parallel tokens/s, scaling efficiency and overlap per strategy.
+void add_bench_dp(CLI::App& bench);
 /// Adds `train`: the single-rank training run.
 void add_train(CLI::App& app);
 /// Adds `export-hf`: a checkpoint as a Hugging Face GPT-2 model.
