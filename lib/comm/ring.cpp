@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -41,8 +42,11 @@ void ring_all_reduce(Transport& t, void* buffer, std::int64_t count, DType dtype
   };
   const int left = mod(r - 1, n);
   const int right = mod(r + 1, n);
-  // One chunk of scratch for what arrives from the left (the largest chunk is ceil(count / N)).
-  std::vector<std::byte> incoming(static_cast<std::size_t>(chunk_count(n - 1)) * elem);
+  // One chunk of scratch for what arrives from the left (the largest chunk is ceil(count / N)),
+  // left uninitialised: zeroing it would cost a pass over 1/N of the buffer per call, and one
+  // rank needs none (its chunk is the whole buffer, and nothing arrives).
+  const std::size_t scratch = n > 1 ? static_cast<std::size_t>(chunk_count(n - 1)) * elem : 0;
+  const auto incoming = std::make_unique_for_overwrite<std::byte[]>(scratch);
 
   // Reduce-scatter. Invariant: after step s, chunk r-s-1 here holds the sum of s+2 ranks' values.
   // After N-1 steps rank r owns chunk r+1, reduced over all N ranks.
@@ -50,9 +54,9 @@ void ring_all_reduce(Transport& t, void* buffer, std::int64_t count, DType dtype
   for (int s = 0; s < n - 1; ++s) {
     const int send_chunk = r - s;
     const int recv_chunk = r - s - 1;
-    t.send_recv(chunk(send_chunk), chunk_count(send_chunk), right, incoming.data(),
+    t.send_recv(chunk(send_chunk), chunk_count(send_chunk), right, incoming.get(),
                 chunk_count(recv_chunk), left, dtype);
-    reduce_into(chunk(recv_chunk), incoming.data(), chunk_count(recv_chunk), dtype, op);
+    reduce_into(chunk(recv_chunk), incoming.get(), chunk_count(recv_chunk), dtype, op);
   }
   finish_reduction(chunk(r + 1), chunk_count(r + 1), dtype, op, n);
 
