@@ -50,7 +50,7 @@ TEST_CASE("Data parallel replicas start from rank 0's parameters", "[parallel][d
       test_options()));
 }
 
-TEST_CASE("With overlap every bucket leaves during backward; without, none does",
+TEST_CASE("With overlap every bucket leaves during backward, and without it none does",
           "[parallel][dp]") {
   for (bool overlap : {true, false}) {
     INFO("overlap " << overlap);
@@ -72,7 +72,7 @@ TEST_CASE("With overlap every bucket leaves during backward; without, none does"
   }
 }
 
-TEST_CASE("A gradient present on some ranks is summed over them; absent everywhere, it stays "
+TEST_CASE("A gradient present on some ranks is summed over them, and one absent everywhere stays "
           "absent",
           "[parallel][dp]") {
   REQUIRE_NOTHROW(comm::run_threads(

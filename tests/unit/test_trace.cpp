@@ -45,7 +45,7 @@ TEST_CASE("a disabled recorder records nothing, by record or by Scope", "[trace]
   REQUIRE(recorder.events().empty());
 }
 
-TEST_CASE("record measures from the origin in microseconds; a reversed interval has length 0",
+TEST_CASE("record measures from the origin in microseconds, and a reversed interval has length 0",
           "[trace]") {
   const auto origin = TraceClock::now();
   TraceRecorder recorder(3, origin);
