@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "dp/trainer.hpp"
 #include "io/config.hpp"
+#include "median.hpp"
 #include "metrics/peak.hpp"
 #include "metrics/trace.hpp"
 
@@ -65,12 +66,6 @@ struct Row {
   double wait_ms = 0;     ///< "wait" (exposed communication) per step, mean over ranks
   double overlap = 0;     ///< measure_overlap over every rank's timed events
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t mid = v.size() / 2; // an even count takes the mean of the middle two
-  return v.size() % 2 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
-}
 
 double category_us(const std::vector<metrics::TraceEvent>& events, const std::string& stream,
                    const std::string& category) {

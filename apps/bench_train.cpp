@@ -3,6 +3,7 @@
 // faults on first touch, a noisy neighbour) does not move the figure.
 #include "commands.hpp"
 #include "io/config.hpp"
+#include "median.hpp"
 #include "metrics/mfu.hpp"
 #include "train/trainer.hpp"
 
@@ -45,10 +46,8 @@ void run_bench_train(const BenchTrainOptions& opt) {
   for (std::int64_t i = 0; i < opt.warmup; ++i) trainer.train_step();
   std::vector<double> seconds;
   for (std::int64_t i = 0; i < opt.steps; ++i) seconds.push_back(trainer.train_step().seconds);
-  std::sort(seconds.begin(), seconds.end());
-  const std::size_t mid = seconds.size() / 2; // an even count takes the mean of the middle two
-  const double median = seconds.size() % 2 ? seconds[mid] : 0.5 * (seconds[mid - 1] + seconds[mid]);
-  const double tokens_per_s = static_cast<double>(t.batch_size * t.seq_len) / median;
+  const double step_s = median(seconds);
+  const double tokens_per_s = static_cast<double>(t.batch_size * t.seq_len) / step_s;
   const double flops = trainer.flops_per_token();
   const metrics::Peak peak = metrics::resolve_peak(opt.peak_gflops, Device::cpu(), "fp32");
   const auto mfu = metrics::mfu(flops, tokens_per_s, peak);
@@ -58,7 +57,7 @@ void run_bench_train(const BenchTrainOptions& opt) {
   char peak_text[32] = "n/a", mfu_text[32] = "n/a";
   if (peak.flops) std::snprintf(peak_text, sizeof peak_text, "%.1f", *peak.flops * 1e-9);
   if (mfu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * *mfu);
-  std::printf("| %.3f s | %.0f | %.1f | %s | %s |\n\n", median, tokens_per_s,
+  std::printf("| %.3f s | %.0f | %.1f | %s | %s |\n\n", step_s, tokens_per_s,
               flops * tokens_per_s * 1e-9, peak_text, mfu_text);
   std::printf("%s\n", metrics::format_mfu(flops, tokens_per_s, peak).c_str());
 }
