@@ -23,6 +23,19 @@ Backend& backend_for(Device device) {
   return *b;
 }
 
+void Backend::attention_forward(const Tensor&, const Tensor&, const Tensor&, double, Tensor&,
+                                Tensor&) {
+  TS_CHECK(false, "attention_forward: expected a backend with fused attention, found the ", name(),
+           " backend, which composes attention from gemm and softmax; call "
+           "scaled_dot_product_attention (it chooses) instead of flash_attention");
+}
+
+void Backend::attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                 const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&) {
+  TS_CHECK(false, "attention_backward: expected a backend with fused attention, found the ",
+           name(), " backend; call scaled_dot_product_attention instead of flash_attention");
+}
+
 void register_backend(Device::Kind kind, Backend* backend) {
   registry()[static_cast<std::size_t>(kind)] = backend;
 }

@@ -2,6 +2,8 @@
 // Ops in lib/ops/ allocate outputs and record the graph; a Backend only fills buffers. A new
 // device therefore implements this interface and nothing else. Every tensor handed to a backend
 // is contiguous, row-major and on that backend's device; outputs are preallocated by the caller.
+// Calls are ordered: on the GPU they are queued on the calling thread's stream, and anything that
+// reads results on the host (copy_to_host, sum_of_squares' reader, synchronize) waits for them.
 #pragma once
 
 #include "core/tensor.hpp"
@@ -42,7 +44,16 @@ struct GemmArgs {
   double alpha = 1.0, beta = 0.0;
 };
 
-/// The primitives a device provides. All are synchronous from the caller's point of view.
+/// The scalars of one AdamW step for one parameter, in torch.optim.AdamW's order of operations.
+struct AdamWStep {
+  double decay_factor = 1; ///< 1 - lr * weight_decay, or 1 when the parameter is not decayed
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double step_size = 0; ///< lr / (1 - beta1^t)
+  double bc2_sqrt = 1;  ///< sqrt(1 - beta2^t)
+};
+
+/// The primitives a device provides. Each call's results are visible to every later call made
+/// from the same thread (see the file comment for what that means on a GPU).
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -111,6 +122,31 @@ public:
   /// mask[i] = (uniform(seed, stream, offset + i) >= p) / (1 - p).
   virtual void dropout_mask(std::uint64_t seed, std::uint64_t stream, std::uint64_t offset,
                             double p, Tensor& mask) = 0;
+
+  // optimizer
+  /// One AdamW step in place: param, exp_avg, exp_avg_sq and grad share shape and dtype (the
+  /// float32 master weights under mixed precision).
+  virtual void adamw_update(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& grad,
+                            const AdamWStep& step) = 0;
+  /// acc += sum of a[i]^2, with acc a one-element float64 tensor on this device (so a global
+  /// norm over many tensors reads the device once).
+  virtual void sum_of_squares(const Tensor& a, Tensor& acc) = 0;
+
+  // fused attention (optional: without it the op composes attention from gemm and softmax)
+  /// True when attention_forward and attention_backward are implemented.
+  virtual bool has_fused_attention() const { return false; }
+  /// Causal attention on q, k, v [B, H, T, D]: out = softmax(scale q k^T, causal) v, and the
+  /// float32 logsumexp of each score row, lse [B, H, T], for the backward. No [T, T] matrix is kept.
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                 Tensor& out, Tensor& lse);
+  /// Gradients of attention_forward from its inputs, out, lse and grad_out (dq, dk, dv overwritten).
+  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, const Tensor& grad_out,
+                                  double scale, Tensor& dq, Tensor& dk, Tensor& dv);
+
+  /// Waits until every call queued by this thread has finished (a no-op on the CPU); benchmarks
+  /// call it before reading a clock.
+  virtual void synchronize() {}
 };
 
 /// The backend that owns `device`; throws when that device's backend is not built in.

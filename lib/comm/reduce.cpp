@@ -20,6 +20,15 @@ void reduce_typed(T* accumulator, const T* incoming, std::int64_t count, ReduceO
   }
 }
 
+// bfloat16 reduces in float32 and rounds once per step (NCCL does the same per hop).
+void reduce_bf16(bfloat16* accumulator, const bfloat16* incoming, std::int64_t count,
+                 ReduceOp op) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float a = bf16_to_float(accumulator[i]), b = bf16_to_float(incoming[i]);
+    accumulator[i] = float_to_bf16(op == ReduceOp::Max ? std::max(a, b) : a + b);
+  }
+}
+
 template <typename T> void divide_typed(T* buffer, std::int64_t count, int group_size) {
   const T divisor = static_cast<T>(group_size);
   for (std::int64_t i = 0; i < count; ++i) buffer[i] /= divisor;
@@ -41,6 +50,10 @@ void reduce_into(void* accumulator, const void* incoming, std::int64_t count, DT
     reduce_typed(static_cast<std::int64_t*>(accumulator),
                  static_cast<const std::int64_t*>(incoming), count, op);
     return;
+  case DType::BFloat16:
+    reduce_bf16(static_cast<bfloat16*>(accumulator), static_cast<const bfloat16*>(incoming), count,
+                op);
+    return;
   }
 }
 
@@ -49,11 +62,16 @@ void finish_reduction(void* buffer, std::int64_t count, DType dtype, ReduceOp op
   check_reducible(dtype, op, "finish_reduction");
   if (dtype == DType::Float32) divide_typed(static_cast<float*>(buffer), count, group_size);
   if (dtype == DType::Float64) divide_typed(static_cast<double*>(buffer), count, group_size);
+  if (dtype == DType::BFloat16) {
+    auto* p = static_cast<bfloat16*>(buffer);
+    for (std::int64_t i = 0; i < count; ++i)
+      p[i] = float_to_bf16(bf16_to_float(p[i]) / static_cast<float>(group_size));
+  }
 }
 
 void check_reducible(DType dtype, ReduceOp op, const char* op_name) {
   TS_CHECK(op != ReduceOp::Avg || is_floating(dtype), op_name,
-           ": expected a floating dtype (float32 or float64) for ReduceOp::Avg, found ",
+           ": expected a floating dtype (float32, float64 or bfloat16) for ReduceOp::Avg, found ",
            dtype_name(dtype), "; reduce with Sum and divide yourself, or convert to float first");
 }
 

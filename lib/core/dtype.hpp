@@ -1,6 +1,7 @@
-// Element types and devices (chapter 01).
+// Element types and devices (chapter 01; bfloat16 in chapter 11).
 // float32 is the training type; float64 exists so gradient checks can use central differences
-// with a tiny step; int64 holds token ids and targets. A Device names where storage lives; the
+// with a tiny step; int64 holds token ids and targets; bfloat16 is the GPU's mixed-precision
+// compute type (the CPU only converts to and from it). A Device names where storage lives; the
 // backend for that device does the arithmetic, so nothing above the backend depends on it.
 #pragma once
 
@@ -8,23 +9,26 @@
 #include <cstdint>
 #include <string>
 
+#include "core/bfloat16.hpp"
+
 namespace tinyscale {
 
 /// Element type of a tensor.
-enum class DType { Float32, Float64, Int64 };
+enum class DType { Float32, Float64, Int64, BFloat16 };
 
 /// Bytes per element of `dtype`.
 std::size_t dtype_size(DType dtype);
-/// Human-readable name: "float32", "float64", "int64".
+/// Human-readable name: "float32", "float64", "int64", "bfloat16".
 const char* dtype_name(DType dtype);
-/// True for float32 and float64.
+/// True for float32, float64 and bfloat16.
 bool is_floating(DType dtype);
 
-/// Maps a C++ element type to its DType (float, double, int64_t).
+/// Maps a C++ element type to its DType (float, double, int64_t, bfloat16).
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::Float32; }
 template <> constexpr DType dtype_of<double>() { return DType::Float64; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::Int64; }
+template <> constexpr DType dtype_of<bfloat16>() { return DType::BFloat16; }
 
 /// Where a tensor's storage lives.
 struct Device {

@@ -174,7 +174,7 @@ void Tensor::fill_(double value) { backend_of(*this).fill(*this, value); }
 
 Tensor& Tensor::set_requires_grad(bool required) {
   TS_CHECK(!required || is_floating(dtype()),
-           "set_requires_grad: expected a float32 or float64 "
+           "set_requires_grad: expected a float32, float64 or bfloat16 "
            "tensor, found ",
            dtype_name(dtype()));
   TS_CHECK(is_leaf(), "set_requires_grad: expected a leaf tensor, found the output of ",
@@ -214,7 +214,7 @@ void check_same_dtype_device(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 void check_floating(const Tensor& t, const char* op, const char* arg) {
-  TS_CHECK(is_floating(t.dtype()), op, ": expected ", arg, " to be float32 or float64, found ",
+  TS_CHECK(is_floating(t.dtype()), op, ": expected ", arg, " to be float32, float64 or bfloat16, found ",
            dtype_name(t.dtype()));
 }
 

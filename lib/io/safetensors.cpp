@@ -35,6 +35,7 @@ const char* format_dtype(DType dtype) {
   case DType::Float32: return "F32";
   case DType::Float64: return "F64";
   case DType::Int64: return "I64";
+  case DType::BFloat16: return "BF16";
   }
   return "?";
 }
@@ -74,8 +75,10 @@ Entry parse_entry(const std::string& name, const json& value, const std::string&
     e.dtype = DType::Float64;
   else if (code == "I64")
     e.dtype = DType::Int64;
+  else if (code == "BF16")
+    e.dtype = DType::BFloat16;
   else
-    TS_CHECK(false, where(path), what, ": expected dtype F32, F64 or I64, found ", code,
+    TS_CHECK(false, where(path), what, ": expected dtype F32, F64, BF16 or I64, found ", code,
              "; convert the file to float32 first (tinyscale reads no other element types)");
   TS_CHECK(value["shape"].is_array(), where(path), what, ": expected shape to be an array, found ",
            value["shape"].dump());

@@ -1,6 +1,9 @@
-// AdamW, element by element in double in torch.optim.AdamW's order of operations (chapter 02).
+// AdamW (chapter 02): the bookkeeping (moments, step counts, state for checkpoints) lives here;
+// the element-wise update is a backend primitive (double on the CPU in torch.optim.AdamW's order
+// of operations, one fused kernel on the GPU), so the moments live on the parameters' device.
 #include "optim/adamw.hpp"
 
+#include "backend/backend.hpp"
 #include "core/error.hpp"
 
 #include <cmath>
@@ -9,36 +12,6 @@
 
 namespace tinyscale::optim {
 
-namespace {
-
-// The per-step scalars shared by every element of one parameter.
-struct Coefficients {
-  double decay_factor; // 1 - lr * wd, or 1 when the parameter is not decayed
-  double beta1, beta2, eps;
-  double step_size; // lr / (1 - beta1^t)
-  double bc2_sqrt;  // sqrt(1 - beta2^t)
-};
-
-// torch.lerp: start + w * (end - start) for w < 0.5, else end - (end - start) * (1 - w).
-double lerp(double start, double end, double weight) {
-  return weight < 0.5 ? start + weight * (end - start) : end - (end - start) * (1.0 - weight);
-}
-
-template <typename T>
-void update(T* p, T* m, T* v, const T* g, std::int64_t n, const Coefficients& k) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double grad = g[i];
-    const double param = static_cast<double>(p[i]) * k.decay_factor;
-    const double exp_avg = lerp(m[i], grad, 1.0 - k.beta1);
-    const double exp_avg_sq = static_cast<double>(v[i]) * k.beta2 + (1.0 - k.beta2) * grad * grad;
-    const double denom = std::sqrt(exp_avg_sq) / k.bc2_sqrt + k.eps;
-    m[i] = static_cast<T>(exp_avg);
-    v[i] = static_cast<T>(exp_avg_sq);
-    p[i] = static_cast<T>(param - k.step_size * (exp_avg / denom));
-  }
-}
-
-} // namespace
 
 AdamW::AdamW(nn::ParameterList params, const OptimConfig& config)
     : params_(std::move(params)), beta1_(config.beta1), beta2_(config.beta2), eps_(config.eps),
@@ -60,10 +33,11 @@ AdamW::AdamW(nn::ParameterList params, const OptimConfig& config)
              "' sharing its tensor with an earlier parameter; list a tied weight once, "
              "or it is updated twice per step");
     check_floating(p.tensor, "AdamW", p.name.c_str());
-    TS_CHECK(p.tensor.device() == Device::cpu(), "AdamW: expected host parameters, found '", p.name,
-             "' on ", p.tensor.device().str(), "; this optimizer runs on the CPU");
-    exp_avg_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype()));
-    exp_avg_sq_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype()));
+    TS_CHECK(p.tensor.dtype() != DType::BFloat16, "AdamW: expected float32 master weights, found '",
+             p.name, "' in bfloat16; keep parameters in float32 and set model.precision = \"bf16\" ",
+             "(the model computes in bfloat16 from float32 masters)");
+    exp_avg_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device()));
+    exp_avg_sq_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device()));
     steps_.push_back(0);
   }
 }
@@ -77,18 +51,17 @@ void AdamW::step(double lr) {
     const std::int64_t t = ++steps_[i];
     const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t));
     const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t));
-    const Coefficients k{params_[i].decay ? 1.0 - lr * weight_decay_ : 1.0,
-                         beta1_,
-                         beta2_,
-                         eps_,
-                         lr / bc1,
-                         std::sqrt(bc2)};
-    if (p.dtype() == DType::Float32)
-      update(p.data<float>(), exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(),
-             g.data<float>(), p.numel(), k);
-    else
-      update(p.data<double>(), exp_avg_[i].data<double>(), exp_avg_sq_[i].data<double>(),
-             g.data<double>(), p.numel(), k);
+    const AdamWStep k{params_[i].decay ? 1.0 - lr * weight_decay_ : 1.0,
+                      beta1_,
+                      beta2_,
+                      eps_,
+                      lr / bc1,
+                      std::sqrt(bc2)};
+    TS_CHECK(g.dtype() == p.dtype() && g.device() == p.device(), "AdamW::step: expected the ",
+             "gradient of '", params_[i].name, "' as ", dtype_name(p.dtype()), " on ",
+             p.device().str(), ", found ", dtype_name(g.dtype()), " on ", g.device().str());
+    Tensor param = p;
+    backend_of(p).adamw_update(param, exp_avg_[i], exp_avg_sq_[i], g, k);
   }
 }
 

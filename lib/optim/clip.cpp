@@ -1,38 +1,27 @@
 // Global gradient-norm clipping (chapter 02): squares summed in double, one scale for all grads.
+// The sum stays on the gradients' device until the end, so a GPU run reads it back once per step.
 #include "optim/clip.hpp"
 
+#include "backend/backend.hpp"
 #include "core/error.hpp"
 
 #include <cmath>
 
 namespace tinyscale::optim {
 
-namespace {
-
-template <typename T> double sum_of_squares(const T* g, std::int64_t n) {
-  double sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-  return sum;
-}
-
-template <typename T> void scale(T* g, std::int64_t n, double factor) {
-  for (std::int64_t i = 0; i < n; ++i) g[i] = static_cast<T>(static_cast<double>(g[i]) * factor);
-}
-
-} // namespace
 
 double global_grad_norm(const nn::ParameterList& params) {
-  double sum = 0;
+  Tensor sum; // float64 [1] on the gradients' device, created at the first gradient
   for (const auto& p : params) {
     const Tensor g = p.tensor.grad();
     if (!g.defined()) continue;
-    TS_CHECK(g.device() == Device::cpu(), "global_grad_norm: expected host gradients, found '",
-             p.name, "' on ", g.device().str());
     check_floating(g, "global_grad_norm", p.name.c_str());
-    sum += g.dtype() == DType::Float32 ? sum_of_squares(g.data<float>(), g.numel())
-                                       : sum_of_squares(g.data<double>(), g.numel());
+    if (!sum.defined()) sum = Tensor::zeros(Shape{1}, DType::Float64, g.device());
+    TS_CHECK(g.device() == sum.device(), "global_grad_norm: expected every gradient on ",
+             sum.device().str(), ", found '", p.name, "' on ", g.device().str());
+    backend_of(g).sum_of_squares(g, sum);
   }
-  return std::sqrt(sum);
+  return sum.defined() ? std::sqrt(sum.item()) : 0.0;
 }
 
 double clip_grad_norm(const nn::ParameterList& params, double max_norm) {
@@ -45,10 +34,8 @@ double clip_grad_norm(const nn::ParameterList& params, double max_norm) {
   for (const auto& p : params) {
     const Tensor g = p.tensor.grad();
     if (!g.defined()) continue;
-    if (g.dtype() == DType::Float32)
-      scale(g.data<float>(), g.numel(), factor);
-    else
-      scale(g.data<double>(), g.numel(), factor);
+    Tensor scaled = g;
+    backend_of(g).unary(UnaryOp::MulScalar, g, factor, scaled);
   }
   return norm;
 }

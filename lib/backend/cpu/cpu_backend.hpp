@@ -49,6 +49,10 @@ public:
                               Tensor& grad_logits) override;
   void dropout_mask(std::uint64_t seed, std::uint64_t stream, std::uint64_t offset, double p,
                     Tensor& mask) override;
+
+  void adamw_update(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& grad,
+                    const AdamWStep& step) override;
+  void sum_of_squares(const Tensor& a, Tensor& acc) override;
 };
 
 namespace cpu {
@@ -57,7 +61,11 @@ template <typename F> void dispatch_floating(DType dtype, const char* op, F&& f)
   if (dtype == DType::Float32) return f(float{});
   if (dtype == DType::Float64) return f(double{});
   throw Error(std::string(op) + ": expected a float32 or float64 tensor, found " +
-              dtype_name(dtype));
+              dtype_name(dtype) +
+              (dtype == DType::BFloat16
+                   ? "; the CPU backend computes in float32 (the reference): bfloat16 is the GPU's "
+                     "compute type (model.precision = \"bf16\" with train.device = \"cuda\")"
+                   : ""));
 }
 } // namespace cpu
 

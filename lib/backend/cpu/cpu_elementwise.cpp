@@ -111,27 +111,48 @@ void CpuBackend::copy(void* dst, const void* src, std::size_t bytes) {
 }
 
 void CpuBackend::cast(const Tensor& src, Tensor& out) {
+  // bfloat16 goes through float32: widening is exact, narrowing rounds to nearest-even.
   auto convert = [&](auto* from) {
     const std::int64_t n = src.numel();
     auto write = [&](auto* to) {
       using To = std::remove_pointer_t<decltype(to)>;
-      for (std::int64_t i = 0; i < n; ++i) to[i] = static_cast<To>(from[i]);
+      for (std::int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_same_v<std::remove_const_t<std::remove_pointer_t<decltype(from)>>,
+                                     bfloat16>) {
+          const float f = bf16_to_float(from[i]);
+          if constexpr (std::is_same_v<To, bfloat16>)
+            to[i] = from[i];
+          else
+            to[i] = static_cast<To>(f);
+        } else if constexpr (std::is_same_v<To, bfloat16>) {
+          to[i] = float_to_bf16(static_cast<float>(from[i]));
+        } else {
+          to[i] = static_cast<To>(from[i]);
+        }
+      }
     };
     switch (out.dtype()) {
     case DType::Float32: return write(out.data<float>());
     case DType::Float64: return write(out.data<double>());
     case DType::Int64: return write(out.data<std::int64_t>());
+    case DType::BFloat16: return write(out.data<bfloat16>());
     }
   };
   switch (src.dtype()) {
   case DType::Float32: return convert(src.data<float>());
   case DType::Float64: return convert(src.data<double>());
   case DType::Int64: return convert(src.data<std::int64_t>());
+  case DType::BFloat16: return convert(src.data<bfloat16>());
   }
 }
 
 void CpuBackend::fill(Tensor& out, double value) {
   const std::int64_t n = out.numel();
+  if (out.dtype() == DType::BFloat16) {
+    bfloat16* p = out.data<bfloat16>();
+    for (std::int64_t i = 0; i < n; ++i) p[i] = float_to_bf16(static_cast<float>(value));
+    return;
+  }
   if (out.dtype() == DType::Int64) {
     auto* p = out.data<std::int64_t>();
     for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<std::int64_t>(value);

@@ -24,6 +24,9 @@ MPI_Datatype mpi_datatype(DType dtype) {
   case DType::Float32: return MPI_FLOAT;
   case DType::Float64: return MPI_DOUBLE;
   case DType::Int64: return MPI_INT64_T;
+  case DType::BFloat16:
+    throw Error("mpi_datatype: MPI has no bfloat16 type; communicate float32 tensors over MPI "
+                "(tinyscale's gradients and master weights are float32) or use the nccl backend");
   }
   throw Error("mpi_datatype: unknown dtype");
 }

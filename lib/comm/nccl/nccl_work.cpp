@@ -30,6 +30,7 @@ ncclDataType_t nccl_datatype(DType dtype) {
   case DType::Float32: return ncclFloat32;
   case DType::Float64: return ncclFloat64;
   case DType::Int64: return ncclInt64;
+  case DType::BFloat16: return ncclBfloat16;
   }
   throw Error("nccl_datatype: unknown dtype");
 }
