@@ -101,7 +101,8 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::Train
     TS_CHECK(metrics->good(), "train: cannot open --metrics file ", opt.metrics_path,
              " for writing; check the directory exists and is writable");
   }
-  const metrics::Peak peak = metrics::resolve_peak(t.peak_gflops, Device::cpu(), "fp32");
+  const metrics::Peak peak =
+      metrics::resolve_peak(t.peak_gflops, trainer.device(), config.model.precision);
   const double flops = trainer.flops_per_token();
   if (root) {
     std::printf("model: %lld parameters, %d layers, d_model %lld%s | %.3g FLOPs per token\n",

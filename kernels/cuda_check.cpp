@@ -19,8 +19,8 @@ bool sync_after_launch() {
 void check_cuda(cudaError_t rc, const char* call, const char* file, int line) {
   if (rc == cudaSuccess) return;
   cudaGetLastError(); // clear a non-sticky error so the next call starts clean
-  throw Error(detail::concat(call, " failed at ", file, ":", line, ": ", cudaGetErrorName(rc),
-                             " (", cudaGetErrorString(rc), ")",
+  throw Error(detail::concat(call, " failed at ", file, ":", line, ": ", cudaGetErrorName(rc), " (",
+                             cudaGetErrorString(rc), ")",
                              rc == cudaErrorMemoryAllocation
                                  ? "; the GPU is out of memory: lower train.batch_size or raise "
                                    "train.micro_batches"

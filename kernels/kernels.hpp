@@ -127,8 +127,8 @@ void attention_forward(const void* q, const void* k, const void* v, void* out, f
 /// caller: `delta` float32 [BH, T] (rowsum(dO * O)) and `dq_accum` float32 [BH, T, D].
 void attention_backward(const void* q, const void* k, const void* v, const void* out,
                         const float* lse, const void* grad_out, void* dq, void* dk, void* dv,
-                        float* delta, float* dq_accum, DType dtype, std::int64_t bh,
-                        std::int64_t t, std::int64_t d, double scale, cudaStream_t stream);
+                        float* delta, float* dq_accum, DType dtype, std::int64_t bh, std::int64_t t,
+                        std::int64_t d, double scale, cudaStream_t stream);
 
 // ---- adamw.cu -------------------------------------------------------------------------------
 /// One fused AdamW step over float32 master weights, moments and gradients (n elements).

@@ -6,16 +6,27 @@
 
 namespace tinyscale {
 
+#ifdef TINYSCALE_HAVE_CUDA
+Backend& cuda_backend(); // kernels/cuda_backend.cpp
+#endif
+
 namespace {
 // The process-wide table of device backends; the CPU one always exists.
 std::array<Backend*, 2>& registry() {
   static CpuBackend cpu;
+#ifdef TINYSCALE_HAVE_CUDA
+  static std::array<Backend*, 2> table{&cpu, &cuda_backend()};
+#else
   static std::array<Backend*, 2> table{&cpu, nullptr};
+#endif
   return table;
 }
 } // namespace
 
 Backend& backend_for(Device device) {
+  TS_CHECK(device.kind == Device::Kind::CPU || device.index == 0, "backend_for: expected cuda:0, ",
+           "found ", device.str(), "; tinyscale drives one GPU per process: choose it with ",
+           "CUDA_VISIBLE_DEVICES (mpirun gives each rank its own)");
   Backend* b = registry()[static_cast<std::size_t>(device.kind)];
   TS_CHECK(b != nullptr, "backend_for: expected a backend for device ", device.str(),
            ", found none; this build of tinyscale has no CUDA backend (it arrives with chapter ",
@@ -32,8 +43,8 @@ void Backend::attention_forward(const Tensor&, const Tensor&, const Tensor&, dou
 
 void Backend::attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                  const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&) {
-  TS_CHECK(false, "attention_backward: expected a backend with fused attention, found the ",
-           name(), " backend; call scaled_dot_product_attention instead of flash_attention");
+  TS_CHECK(false, "attention_backward: expected a backend with fused attention, found the ", name(),
+           " backend; call scaled_dot_product_attention instead of flash_attention");
 }
 
 void register_backend(Device::Kind kind, Backend* backend) {

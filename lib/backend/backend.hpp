@@ -136,10 +136,12 @@ public:
   /// True when attention_forward and attention_backward are implemented.
   virtual bool has_fused_attention() const { return false; }
   /// Causal attention on q, k, v [B, H, T, D]: out = softmax(scale q k^T, causal) v, and the
-  /// float32 logsumexp of each score row, lse [B, H, T], for the backward. No [T, T] matrix is kept.
+  /// float32 logsumexp of each score row, lse [B, H, T], for the backward. No [T, T] matrix is
+  /// kept.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                                  Tensor& out, Tensor& lse);
-  /// Gradients of attention_forward from its inputs, out, lse and grad_out (dq, dk, dv overwritten).
+  /// Gradients of attention_forward from its inputs, out, lse and grad_out (dq, dk, dv
+  /// overwritten).
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& lse, const Tensor& grad_out,
                                   double scale, Tensor& dq, Tensor& dk, Tensor& dv);

@@ -21,8 +21,7 @@ void reduce_typed(T* accumulator, const T* incoming, std::int64_t count, ReduceO
 }
 
 // bfloat16 reduces in float32 and rounds once per step (NCCL does the same per hop).
-void reduce_bf16(bfloat16* accumulator, const bfloat16* incoming, std::int64_t count,
-                 ReduceOp op) {
+void reduce_bf16(bfloat16* accumulator, const bfloat16* incoming, std::int64_t count, ReduceOp op) {
   for (std::int64_t i = 0; i < count; ++i) {
     const float a = bf16_to_float(accumulator[i]), b = bf16_to_float(incoming[i]);
     accumulator[i] = float_to_bf16(op == ReduceOp::Max ? std::max(a, b) : a + b);

@@ -37,9 +37,10 @@ TS_HOST_DEVICE inline Block rounds(Block c, std::uint32_t k0, std::uint32_t k1) 
 
 /// The block at position `index` of stream (seed, stream).
 TS_HOST_DEVICE inline Block at(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
-  return rounds(Block{{static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32),
-                       static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)}},
-                static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+  return rounds(
+      Block{{static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32),
+             static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)}},
+      static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
 }
 
 /// 53 random bits (hi:lo) -> a double in the open interval (0, 1): adding half an ulp keeps it

@@ -165,7 +165,12 @@ Tensor Tensor::to(Device target) const {
 void Tensor::copy_(const Tensor& src) {
   TS_CHECK(src.shape() == shape(), "Tensor::copy_: expected a source of shape ", shape().str(),
            ", found ", src.shape().str());
-  check_same_dtype_device(*this, src, "Tensor::copy_");
+  TS_CHECK(src.dtype() == dtype(), "Tensor::copy_: expected a source of dtype ", dtype_name(dtype()),
+           ", found ", dtype_name(src.dtype()), "; convert it with .to(DType) first");
+  if (src.device() != device()) { // a transfer: through the host, like Tensor::to(Device)
+    copy_(src.to(device()));
+    return;
+  }
   backend_of(*this).copy(raw_data(), src.raw_data(),
                          static_cast<std::size_t>(numel()) * dtype_size(dtype()));
 }
@@ -214,8 +219,8 @@ void check_same_dtype_device(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 void check_floating(const Tensor& t, const char* op, const char* arg) {
-  TS_CHECK(is_floating(t.dtype()), op, ": expected ", arg, " to be float32, float64 or bfloat16, found ",
-           dtype_name(t.dtype()));
+  TS_CHECK(is_floating(t.dtype()), op, ": expected ", arg,
+           " to be float32, float64 or bfloat16, found ", dtype_name(t.dtype()));
 }
 
 } // namespace tinyscale

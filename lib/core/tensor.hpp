@@ -119,7 +119,8 @@ public:
   Tensor to(DType dtype) const;
   /// Copies to another device (not differentiable).
   Tensor to(Device device) const;
-  /// Copies `src` (same shape and dtype) into this tensor's storage; not recorded by autograd.
+  /// Copies `src` (same shape and dtype, any device) into this tensor's storage; not recorded by
+  /// autograd.
   void copy_(const Tensor& src);
   /// Fills with `value` in place; not recorded by autograd.
   void fill_(double value);

@@ -66,6 +66,10 @@ DataParallel::DataParallel(nn::ParameterList params, comm::Communicator& group, 
   const DType dtype = params.front().tensor.dtype();
   std::vector<std::int64_t> bytes;
   for (const auto& p : params) {
+    TS_CHECK(p.tensor.device() == Device::cpu(), "DataParallel: expected parameters on the CPU, ",
+             "found '", p.name, "' on ", p.tensor.device().str(),
+             "; this version buckets gradients in host memory: train with --dp on the CPU, or on "
+             "one GPU without --dp");
     TS_CHECK(p.tensor.dtype() == dtype && is_floating(dtype), "DataParallel: expected every ",
              "parameter in one floating dtype (", dtype_name(dtype), "), found '", p.name, "' in ",
              dtype_name(p.tensor.dtype()));

@@ -31,6 +31,10 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(model.initializer_range,
                     "std of the normal init (residual projections: / sqrt(2 n_layer))"),
       TS_CONFIG_KEY(model.dtype, "parameter and activation dtype: float32 or float64"),
+      TS_CONFIG_KEY(model.precision,
+                    "fp32, or bf16: float32 master weights, bfloat16 compute, float32 loss"),
+      TS_CONFIG_KEY(model.fused_attention,
+                    "use the backend's fused (flash) attention where it has one (GPU)"),
       TS_CONFIG_KEY(model.moe.every, "every k-th block has a mixture-of-experts MLP; 0 = dense"),
       TS_CONFIG_KEY(model.moe.n_experts, "experts per MoE layer (E)"),
       TS_CONFIG_KEY(model.moe.top_k, "experts per token: 1 (Switch) or 2 (GShard)"),
@@ -73,6 +77,7 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(train.checkpoint_every, "write a checkpoint every N steps; 0 = never"),
       TS_CONFIG_KEY(train.checkpoint_dir, "directory that holds the checkpoints"),
       TS_CONFIG_KEY(train.peak_gflops, "device peak GFLOP/s for MFU; 0 = look it up or measure"),
+      TS_CONFIG_KEY(train.device, "where the model trains: cpu or cuda (one GPU per rank)"),
   };
   return keys;
 }

@@ -22,6 +22,7 @@ private:
   std::string name_;
   int n_head_;
   double dropout_;
+  bool fused_attention_; ///< model.fused_attention
   Linear c_attn_, c_proj_;
 };
 

@@ -21,6 +21,15 @@ void ModelConfig::validate() const {
            initializer_range);
   TS_CHECK(dtype == DType::Float32 || dtype == DType::Float64,
            "model.dtype: expected float32 or float64, found ", dtype_name(dtype));
+  TS_CHECK(precision == "fp32" || precision == "bf16",
+           "model.precision: expected \"fp32\" or \"bf16\", found \"", precision, "\"");
+  TS_CHECK(precision == "fp32" || dtype == DType::Float32,
+           "model.precision: expected model.dtype = float32 under \"bf16\" (the float32 master ",
+           "weights), found ", dtype_name(dtype));
+  TS_CHECK(precision == "fp32" || moe.every == 0,
+           "model.precision: \"bf16\" is not yet supported with a mixture of experts (the router ",
+           "and the combine stay float32 in this version); set model.precision = \"fp32\" or ",
+           "model.moe.every = 0");
   TS_CHECK(moe.every >= 0, "model.moe.every: expected >= 0 (0 = dense), found ", moe.every);
   if (moe.every > 0) {
     TS_CHECK(moe.n_experts >= 1, "model.moe.n_experts: expected >= 1 when model.moe.every > 0, ",

@@ -6,6 +6,7 @@
 #include "core/dtype.hpp"
 
 #include <cstdint>
+#include <string>
 
 namespace tinyscale::nn {
 
@@ -32,9 +33,17 @@ struct ModelConfig {
   double initializer_range = 0.02; ///< std of the normal init; residual projections get
                                    ///< std / sqrt(2 n_layer) (GPT-2 paper, sec. 2.3)
   DType dtype = DType::Float32;    ///< parameter and activation dtype (float64 for gradient checks)
+  /// "fp32": compute in `dtype`; "bf16": mixed precision (chapter 11): parameters stay float32
+  /// masters and every layer computes in bfloat16, casting its weights at use; the loss is float32.
+  std::string precision = "fp32";
+  /// Use the backend's fused (flash) attention where it has one (the GPU); the CPU always composes
+  /// attention from gemm and softmax.
+  bool fused_attention = true;
   MoeConfig moe;
 
   std::int64_t head_dim() const { return n_embd / n_head; }
+  /// The activations' dtype: bfloat16 under precision "bf16", else `dtype`.
+  DType compute_dtype() const { return precision == "bf16" ? DType::BFloat16 : dtype; }
   std::int64_t n_inner() const { return 4 * n_embd; }
   /// True when block `layer` has a MoE MLP.
   bool is_moe_layer(int layer) const {

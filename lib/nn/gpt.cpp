@@ -36,7 +36,8 @@ Tensor GPT::embed(const Tensor& ids, const ForwardContext& ctx) const {
   const std::int64_t T = ids.size(1);
   TS_CHECK(T <= config_.n_positions, "GPT: expected at most n_positions = ", config_.n_positions,
            " tokens per sequence, found ", T, "; lower train.seq_len or raise model.n_positions");
-  Tensor x = embedding(ids, wte_) + slice(wpe_, 0, 0, T); // [B, T, C] + [T, C]
+  const DType compute = config_.compute_dtype(); // bfloat16 under mixed precision
+  Tensor x = embedding(ids, cast(wte_, compute)) + slice(cast(wpe_, compute), 0, 0, T);
   if (ctx.training && config_.dropout > 0)
     x = dropout(x, config_.dropout, ctx.dropout_rng("wte+wpe", T * config_.n_embd));
   return x;
@@ -49,7 +50,8 @@ FeedForwardOutput GPT::block(int layer, const Tensor& x, const ForwardContext& c
 }
 
 Tensor GPT::head(const Tensor& x) const {
-  return matmul(ln_f_.forward(x), transpose(wte_, 0, 1)); // tied: [B, T, C] x [C, V]
+  // tied: [B, T, C] x [C, V], in the activations' dtype
+  return matmul(ln_f_.forward(x), transpose(cast(wte_, x.dtype()), 0, 1));
 }
 
 ModelOutput GPT::forward(const Tensor& ids, const Tensor& targets,

@@ -36,9 +36,11 @@ Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, 
     bias = add_parameter(params, name + ".bias", Tensor::zeros(Shape({out}), dtype), false);
 }
 
+// A layer computes in its input's dtype: under mixed precision the float32 master weights are
+// cast to bfloat16 here, at use, and their gradients come back as float32 (ops cast).
 Tensor Linear::forward(const Tensor& x) const {
-  Tensor y = matmul(x, weight);
-  return bias.defined() ? y + bias : y;
+  Tensor y = matmul(x, cast(weight, x.dtype()));
+  return bias.defined() ? y + cast(bias, x.dtype()) : y;
 }
 
 LayerNorm::LayerNorm(ParameterList& params, const std::string& name, std::int64_t dim,
@@ -49,6 +51,8 @@ LayerNorm::LayerNorm(ParameterList& params, const std::string& name, std::int64_
     bias = add_parameter(params, name + ".bias", Tensor::zeros(Shape({dim}), dtype), false);
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+Tensor LayerNorm::forward(const Tensor& x) const {
+  return layer_norm(x, cast(weight, x.dtype()), bias.defined() ? cast(bias, x.dtype()) : bias, eps);
+}
 
 } // namespace tinyscale::nn

@@ -23,4 +23,14 @@ std::int64_t count_elements(const ParameterList& params) {
   return n;
 }
 
+void to_device(const ParameterList& params, Device device) {
+  for (const auto& p : params) {
+    TensorImpl& impl = p.tensor.impl();
+    if (impl.storage->device == device) continue;
+    impl.storage = p.tensor.detach().to(device).impl().storage;
+    impl.offset = 0;
+    if (impl.grad) impl.grad = Tensor(impl.grad).to(device).impl_ptr();
+  }
+}
+
 } // namespace tinyscale::nn

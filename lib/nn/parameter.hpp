@@ -26,5 +26,8 @@ const NamedParameter& find_parameter(const ParameterList& params, const std::str
 
 /// Total number of elements over all parameters.
 std::int64_t count_elements(const ParameterList& params);
+/// Moves every parameter (and any gradient) to `device` in place: the Tensor handles stay the
+/// same, so the model, the optimizer and the gradient hooks keep seeing them (chapter 11).
+void to_device(const ParameterList& params, Device device);
 
 } // namespace tinyscale::nn

@@ -21,17 +21,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
            targets.shape().str());
   detail::check_ids_in_range(targets, logits.size(-1), ignore_index, "cross_entropy",
                              "targets (or ignore_index)");
-  Tensor losses = Tensor::empty(Shape(rows), logits.dtype(), logits.device());
-  Tensor lse = Tensor::empty(Shape(rows), logits.dtype(), logits.device());
+  // The loss is float32 or better: bfloat16 logits (mixed precision) give float32 losses.
+  const DType loss_dtype = logits.dtype() == DType::BFloat16 ? DType::Float32 : logits.dtype();
+  Tensor losses = Tensor::empty(Shape(rows), loss_dtype, logits.device());
+  Tensor lse = Tensor::empty(Shape(rows), loss_dtype, logits.device());
   backend_of(logits).cross_entropy(logits, targets, ignore_index, losses, lse);
   std::int64_t counted = 0;
   for (double t : targets.to_vector()) counted += static_cast<std::int64_t>(t) != ignore_index;
   const double scale = reduction == Reduction::Sum ? 1.0
                        : counted > 0               ? 1.0 / static_cast<double>(counted)
                                                    : 0.0;
-  Tensor total = Tensor::empty(Shape{}, logits.dtype(), logits.device());
+  Tensor total = Tensor::empty(Shape{}, loss_dtype, logits.device());
   backend_of(losses).sum_to(losses, total);
-  Tensor out = Tensor::empty(Shape{}, logits.dtype(), logits.device());
+  Tensor out = Tensor::empty(Shape{}, loss_dtype, logits.device());
   backend_of(total).unary(UnaryOp::MulScalar, total, scale, out);
   return record_op("cross_entropy", out, {logits, targets},
                    [logits = logits.detach(), targets = targets.detach(), lse, scale,

@@ -23,8 +23,10 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   TS_CHECK(eps > 0, "layer_norm: expected eps > 0, found ", eps);
   std::vector<std::int64_t> rows(x.shape().dims().begin(), x.shape().dims().end() - 1);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor mu = Tensor::empty(Shape(rows), x.dtype(), x.device());
-  Tensor rstd = Tensor::empty(Shape(rows), x.dtype(), x.device());
+  // Statistics are float32 or better: bfloat16 activations keep float32 mean and 1/std.
+  const DType stats = x.dtype() == DType::BFloat16 ? DType::Float32 : x.dtype();
+  Tensor mu = Tensor::empty(Shape(rows), stats, x.device());
+  Tensor rstd = Tensor::empty(Shape(rows), stats, x.device());
   backend_of(x).layer_norm(x, gamma, beta, eps, y, mu, rstd);
   return record_op("layer_norm", y, {x, gamma, beta},
                    [x = x.detach(), gamma = gamma.detach(), mu, rstd,

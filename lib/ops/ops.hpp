@@ -117,5 +117,15 @@ Tensor dropout(const Tensor& x, double p, DropoutRng rng);
 /// Causal scaled dot-product attention: q, k, v [B, H, T, D] -> [B, H, T, D];
 /// softmax(q k^T / sqrt(D)) v with query i attending to keys 0..i only.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+/// The same attention through the backend's fused kernel (flash attention on the GPU): saves only
+/// the output and one logsumexp per row, never the [T, T] probabilities. Throws on a backend
+/// without one (Backend::has_fused_attention()).
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+
+// ---- precision --------------------------------------------------------------------------------
+
+/// x converted to `dtype` (x itself when it already is); the gradient flows back converted to
+/// x's dtype. Mixed precision casts float32 master weights to bfloat16 at use with it.
+Tensor cast(const Tensor& x, DType dtype);
 
 } // namespace tinyscale

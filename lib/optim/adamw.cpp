@@ -12,7 +12,6 @@
 
 namespace tinyscale::optim {
 
-
 AdamW::AdamW(nn::ParameterList params, const OptimConfig& config)
     : params_(std::move(params)), beta1_(config.beta1), beta2_(config.beta2), eps_(config.eps),
       weight_decay_(config.weight_decay) {
@@ -34,7 +33,8 @@ AdamW::AdamW(nn::ParameterList params, const OptimConfig& config)
              "or it is updated twice per step");
     check_floating(p.tensor, "AdamW", p.name.c_str());
     TS_CHECK(p.tensor.dtype() != DType::BFloat16, "AdamW: expected float32 master weights, found '",
-             p.name, "' in bfloat16; keep parameters in float32 and set model.precision = \"bf16\" ",
+             p.name,
+             "' in bfloat16; keep parameters in float32 and set model.precision = \"bf16\" ",
              "(the model computes in bfloat16 from float32 masters)");
     exp_avg_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device()));
     exp_avg_sq_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device()));

@@ -9,7 +9,6 @@
 
 namespace tinyscale::optim {
 
-
 double global_grad_norm(const nn::ParameterList& params) {
   Tensor sum; // float64 [1] on the gradients' device, created at the first gradient
   for (const auto& p : params) {

@@ -22,6 +22,7 @@ struct TrainConfig {
   std::int64_t checkpoint_every = 0; ///< write a checkpoint every N steps (0 = never)
   std::string checkpoint_dir = "checkpoints";
   double peak_gflops = 0; ///< device peak for MFU; 0 = look up (GPU table / measured CPU peak)
+  std::string device = "cpu"; ///< "cpu" or "cuda" (chapter 11)
 };
 
 } // namespace tinyscale::train

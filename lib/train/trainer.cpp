@@ -2,6 +2,8 @@
 
 #include "autograd/engine.hpp"
 #include "autograd/grad_mode.hpp"
+#include "backend/backend.hpp"
+#include "core/device_query.hpp"
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config_keys.hpp"
@@ -21,12 +23,29 @@ const io::RunConfig& validated(const io::RunConfig& config) {
   return config;
 }
 
+// The parameters, moved to train.device before the optimizer allocates its moments beside them.
+const nn::ParameterList& placed(const nn::ParameterList& params, Device device) {
+  nn::to_device(params, device);
+  return params;
+}
+
 } // namespace
 
 Trainer::Trainer(io::RunConfig config)
     : config_(validated(config)),
       data_(data::TokenDataset::open(config.data, config.model.vocab_size)),
-      model_(config.model, config.train.seed), optimizer_(model_.parameters(), config.optim) {}
+      device_(parse_device(config.train.device)), model_(config.model, config.train.seed),
+      optimizer_(placed(model_.parameters(), device_), config.optim) {}
+
+Device parse_device(const std::string& name) {
+  if (name == "cpu") return Device::cpu();
+  TS_CHECK(name == "cuda", "train.device: expected \"cpu\" or \"cuda\", found \"", name, "\"");
+  TS_CHECK(cuda_compiled(), "train.device = \"cuda\": expected a CUDA build of tinyscale, found a ",
+           "CPU-only one; configure with -DTINYSCALE_CUDA=ON on a machine with nvcc");
+  TS_CHECK(!cuda_devices().empty(), "train.device = \"cuda\": expected a visible GPU, found none (",
+           cuda_unavailable_reason(), "); train on the CPU with train.device = \"cpu\"");
+  return Device::cuda();
+}
 
 double Trainer::flops_per_token() const {
   return metrics::model_flops(config_.model, config_.train.seq_len).train_per_token;
@@ -38,7 +57,7 @@ nn::ModelOutput Trainer::forward_micro_batch(std::int64_t row_begin, std::int64_
   const TrainConfig& t = config_.train;
   data::Batch b = data_.batch(data::Split::Train, step_, t.batch_size, t.seq_len, row_begin, rows);
   nn::ForwardContext ctx{true, t.seed, step_, row_begin};
-  return model_.forward(b.inputs, b.targets, ctx);
+  return model_.forward(b.inputs.to(device_), b.targets.to(device_), ctx);
 }
 
 void Trainer::add_micro_batch(StepResult& r, const nn::ModelOutput& out, double weight) {
@@ -70,6 +89,7 @@ void Trainer::finish_step(StepResult& r, std::chrono::steady_clock::time_point s
   r.grad_norm = optim::clip_grad_norm(model_.parameters(), config_.optim.grad_clip);
   r.lr = optim::learning_rate(config_.optim, step_, t.steps);
   optimizer_.step(r.lr);
+  backend_for(device_).synchronize(); // a GPU step has finished only when its kernels have
   ++step_;
   r.step = step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -104,7 +124,7 @@ double Trainer::evaluate() const {
   double total = 0;
   for (std::int64_t j = 0; j < t.eval_batches; ++j) {
     data::Batch b = data_.batch(data::Split::Val, j, t.batch_size, t.seq_len);
-    total += model_.forward(b.inputs, b.targets, {}).lm_loss.item();
+    total += model_.forward(b.inputs.to(device_), b.targets.to(device_), {}).lm_loss.item();
   }
   return total / static_cast<double>(t.eval_batches);
 }

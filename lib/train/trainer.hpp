@@ -34,6 +34,10 @@ struct StepResult {
 };
 
 /// Owns the model, optimizer and data of one run.
+/// The Device named by train.device ("cpu" or "cuda"); throws, saying why, when a CUDA run is
+/// asked of a CPU-only build or a machine without a GPU.
+Device parse_device(const std::string& name);
+
 class Trainer {
 public:
   /// Validates the config, builds the data (fails on a bad file before the model is built),
@@ -67,6 +71,8 @@ public:
   /// Steps completed so far.
   std::int64_t step() const { return step_; }
   const io::RunConfig& config() const { return config_; }
+  /// Where the model, its gradients and the optimizer state live (train.device).
+  Device device() const { return device_; }
   const nn::GPT& model() const { return model_; }
   /// The optimizer (its parameter list is the model's, in the same order).
   const optim::AdamW& optimizer() const { return optimizer_; }
@@ -77,6 +83,7 @@ public:
 private:
   io::RunConfig config_;
   data::TokenDataset data_;
+  Device device_;
   nn::GPT model_;
   optim::AdamW optimizer_;
   std::int64_t step_ = 0;
