@@ -2,8 +2,12 @@
 // Tensors are contiguous, so a tensor is one buffer and dimension 0 splits it into equal blocks.
 // The easy thing to get wrong: an async handle must own its tensors (a Tensor is a handle to
 // shared storage), or the buffer could be freed while the worker thread still writes into it.
+// CUDA tensors (chapter 11): nccl reads device memory directly, after the compute stream has
+// finished writing it; a host communicator (threads, mpi) gets a host copy, which is copied back
+// (staging: simple and slow, fine for several ranks learning on one GPU).
 #include "comm/tensor_comm.hpp"
 
+#include "backend/backend.hpp"
 #include "core/error.hpp"
 
 #include <numeric>
@@ -39,12 +43,51 @@ private:
   WorkHandle inner_;
 };
 
+/// A Work whose wait() also copies a staged result back into its device tensor.
+class StagedWork final : public Work {
+public:
+  StagedWork(WorkHandle inner, Tensor device, Tensor host)
+      : inner_(std::move(inner)), device_(std::move(device)), host_(std::move(host)) {}
+  void wait() override {
+    inner_->wait();
+    if (!copied_) device_.copy_(host_);
+    copied_ = true;
+  }
+  bool is_completed() override { return inner_->is_completed(); }
+  std::optional<WorkTiming> timing() const override { return inner_->timing(); }
+
+private:
+  WorkHandle inner_;
+  Tensor device_, host_;
+  bool copied_ = false;
+};
+
 void check_usable(const Communicator& comm, const Tensor& t, const char* op, const char* arg) {
   TS_CHECK(t.defined(), op, ": expected a defined tensor for '", arg,
            "', found an undefined one (a default-constructed Tensor or a missing gradient)");
-  TS_CHECK(t.device() == Device::cpu(), op, ": expected a CPU tensor for '", arg, "' on the ",
-           comm.backend(), " backend, found one on ", t.device().str(),
-           ". CUDA tensors come with the GPU issue; copy with .to(Device::cpu()) for now.");
+  TS_CHECK(comm.buffer_memory() == Device::Kind::CPU || t.device().kind == Device::Kind::CUDA, op,
+           ": expected a CUDA tensor for '", arg, "' on the ", comm.backend(),
+           " backend (it reads GPU memory), found one on ", t.device().str(),
+           "; move it with .to(Device::cuda())");
+}
+
+// The buffer the communicator reads: the tensor itself, or its host copy for a host
+// communicator. A device buffer is handed over only once the compute stream has written it.
+Tensor staged(const Communicator& comm, const Tensor& t) {
+  if (t.device().kind == Device::Kind::CPU) return t;
+  if (comm.buffer_memory() == Device::Kind::CPU) return t.to(Device::cpu());
+  backend_of(t).synchronize();
+  return t;
+}
+
+// Copies a staged result back into `t` (nothing when `buffer` is `t` itself).
+void unstage(Tensor& t, const Tensor& buffer) {
+  if (buffer.id() != t.id()) t.copy_(buffer);
+}
+
+// A new result on `like`'s device (the communicator wrote it where `buffer` lives).
+Tensor on_device_of(const Tensor& like, const Tensor& result) {
+  return result.device() == like.device() ? result : result.to(like.device());
 }
 
 // Rows are along dimension 0; the elements of one row are the product of the other sizes.
@@ -75,44 +118,56 @@ std::int64_t sum(const std::vector<std::int64_t>& v) {
 
 void all_reduce(Communicator& comm, Tensor& tensor, ReduceOp op) {
   check_usable(comm, tensor, "all_reduce", "tensor");
-  comm.all_reduce(tensor.raw_data(), tensor.raw_data(), tensor.numel(), tensor.dtype(), op);
+  Tensor buffer = staged(comm, tensor);
+  comm.all_reduce(buffer.raw_data(), buffer.raw_data(), buffer.numel(), buffer.dtype(), op);
+  unstage(tensor, buffer);
 }
 
 WorkHandle all_reduce_async(Communicator& comm, Tensor& tensor, ReduceOp op) {
   check_usable(comm, tensor, "all_reduce_async", "tensor");
-  WorkHandle inner = comm.all_reduce_async(tensor.raw_data(), tensor.raw_data(), tensor.numel(),
-                                           tensor.dtype(), op);
-  return std::make_unique<TensorWork>(std::move(inner), std::vector<Tensor>{tensor});
+  Tensor buffer = staged(comm, tensor);
+  WorkHandle inner = comm.all_reduce_async(buffer.raw_data(), buffer.raw_data(), buffer.numel(),
+                                           buffer.dtype(), op);
+  inner = std::make_unique<TensorWork>(std::move(inner), std::vector<Tensor>{tensor, buffer});
+  if (buffer.id() == tensor.id()) return inner;
+  return std::make_unique<StagedWork>(std::move(inner), tensor, buffer);
 }
 
 Tensor reduce_scatter(Communicator& comm, const Tensor& tensor, ReduceOp op) {
   check_usable(comm, tensor, "reduce_scatter", "tensor");
   check_rows_divide(comm, tensor, "reduce_scatter");
-  Tensor shard = Tensor::empty(with_rows(tensor, tensor.size(0) / comm.size()), tensor.dtype());
-  comm.reduce_scatter(tensor.raw_data(), shard.raw_data(), shard.numel(), tensor.dtype(), op);
-  return shard;
+  Tensor buffer = staged(comm, tensor);
+  Tensor shard = Tensor::empty(with_rows(tensor, tensor.size(0) / comm.size()), tensor.dtype(),
+                               buffer.device());
+  comm.reduce_scatter(buffer.raw_data(), shard.raw_data(), shard.numel(), tensor.dtype(), op);
+  return on_device_of(tensor, shard);
 }
 
 Tensor all_gather(Communicator& comm, const Tensor& shard) {
   check_usable(comm, shard, "all_gather", "shard");
   TS_CHECK(shard.rank() >= 1, "all_gather: expected a shard with at least one dimension, found a "
                               "scalar; reshape it to [1]");
-  Tensor full = Tensor::empty(with_rows(shard, shard.size(0) * comm.size()), shard.dtype());
-  comm.all_gather(shard.raw_data(), full.raw_data(), shard.numel(), shard.dtype());
-  return full;
+  Tensor buffer = staged(comm, shard);
+  Tensor full =
+      Tensor::empty(with_rows(shard, shard.size(0) * comm.size()), shard.dtype(), buffer.device());
+  comm.all_gather(buffer.raw_data(), full.raw_data(), shard.numel(), shard.dtype());
+  return on_device_of(shard, full);
 }
 
 void broadcast(Communicator& comm, Tensor& tensor, int root) {
   check_usable(comm, tensor, "broadcast", "tensor");
-  comm.broadcast(tensor.raw_data(), tensor.numel(), tensor.dtype(), root);
+  Tensor buffer = staged(comm, tensor);
+  comm.broadcast(buffer.raw_data(), buffer.numel(), buffer.dtype(), root);
+  unstage(tensor, buffer);
 }
 
 Tensor all_to_all(Communicator& comm, const Tensor& tensor) {
   check_usable(comm, tensor, "all_to_all", "tensor");
   check_rows_divide(comm, tensor, "all_to_all");
-  Tensor out = Tensor::empty(tensor.shape(), tensor.dtype());
-  comm.all_to_all(tensor.raw_data(), out.raw_data(), tensor.numel() / comm.size(), tensor.dtype());
-  return out;
+  Tensor buffer = staged(comm, tensor);
+  Tensor out = Tensor::empty(tensor.shape(), tensor.dtype(), buffer.device());
+  comm.all_to_all(buffer.raw_data(), out.raw_data(), tensor.numel() / comm.size(), tensor.dtype());
+  return on_device_of(tensor, out);
 }
 
 Tensor all_to_all_v(Communicator& comm, const Tensor& tensor,
@@ -136,31 +191,39 @@ Tensor all_to_all_v(Communicator& comm, const Tensor& tensor,
     send_counts[j] = send_rows[j] * row;
     recv_counts[j] = recv_rows[j] * row;
   }
-  Tensor out = Tensor::empty(with_rows(tensor, sum(recv_rows)), tensor.dtype());
-  comm.all_to_all_v(tensor.raw_data(), send_counts, out.raw_data(), recv_counts, tensor.dtype());
-  return out;
+  Tensor buffer = staged(comm, tensor);
+  Tensor out = Tensor::empty(with_rows(tensor, sum(recv_rows)), tensor.dtype(), buffer.device());
+  comm.all_to_all_v(buffer.raw_data(), send_counts, out.raw_data(), recv_counts, tensor.dtype());
+  return on_device_of(tensor, out);
 }
 
 void send(Communicator& comm, const Tensor& tensor, int peer, int tag) {
   check_usable(comm, tensor, "send", "tensor");
-  comm.send(tensor.raw_data(), tensor.numel(), tensor.dtype(), peer, tag);
+  Tensor buffer = staged(comm, tensor);
+  comm.send(buffer.raw_data(), buffer.numel(), buffer.dtype(), peer, tag);
 }
 
 void recv(Communicator& comm, Tensor& tensor, int peer, int tag) {
   check_usable(comm, tensor, "recv", "tensor");
-  comm.recv(tensor.raw_data(), tensor.numel(), tensor.dtype(), peer, tag);
+  Tensor buffer = staged(comm, tensor);
+  comm.recv(buffer.raw_data(), buffer.numel(), buffer.dtype(), peer, tag);
+  unstage(tensor, buffer);
 }
 
 WorkHandle isend(Communicator& comm, const Tensor& tensor, int peer, int tag) {
   check_usable(comm, tensor, "isend", "tensor");
-  WorkHandle inner = comm.isend(tensor.raw_data(), tensor.numel(), tensor.dtype(), peer, tag);
-  return std::make_unique<TensorWork>(std::move(inner), std::vector<Tensor>{tensor});
+  Tensor buffer = staged(comm, tensor);
+  WorkHandle inner = comm.isend(buffer.raw_data(), buffer.numel(), buffer.dtype(), peer, tag);
+  return std::make_unique<TensorWork>(std::move(inner), std::vector<Tensor>{tensor, buffer});
 }
 
 WorkHandle irecv(Communicator& comm, Tensor& tensor, int peer, int tag) {
   check_usable(comm, tensor, "irecv", "tensor");
-  WorkHandle inner = comm.irecv(tensor.raw_data(), tensor.numel(), tensor.dtype(), peer, tag);
-  return std::make_unique<TensorWork>(std::move(inner), std::vector<Tensor>{tensor});
+  Tensor buffer = staged(comm, tensor);
+  WorkHandle inner = comm.irecv(buffer.raw_data(), buffer.numel(), buffer.dtype(), peer, tag);
+  inner = std::make_unique<TensorWork>(std::move(inner), std::vector<Tensor>{tensor, buffer});
+  if (buffer.id() == tensor.id()) return inner;
+  return std::make_unique<StagedWork>(std::move(inner), tensor, buffer);
 }
 
 } // namespace tinyscale::comm

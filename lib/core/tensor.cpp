@@ -165,8 +165,9 @@ Tensor Tensor::to(Device target) const {
 void Tensor::copy_(const Tensor& src) {
   TS_CHECK(src.shape() == shape(), "Tensor::copy_: expected a source of shape ", shape().str(),
            ", found ", src.shape().str());
-  TS_CHECK(src.dtype() == dtype(), "Tensor::copy_: expected a source of dtype ", dtype_name(dtype()),
-           ", found ", dtype_name(src.dtype()), "; convert it with .to(DType) first");
+  TS_CHECK(src.dtype() == dtype(), "Tensor::copy_: expected a source of dtype ",
+           dtype_name(dtype()), ", found ", dtype_name(src.dtype()),
+           "; convert it with .to(DType) first");
   if (src.device() != device()) { // a transfer: through the host, like Tensor::to(Device)
     copy_(src.to(device()));
     return;

@@ -21,7 +21,7 @@ struct TrainConfig {
   std::int64_t log_every = 10;       ///< print a line every N steps
   std::int64_t checkpoint_every = 0; ///< write a checkpoint every N steps (0 = never)
   std::string checkpoint_dir = "checkpoints";
-  double peak_gflops = 0; ///< device peak for MFU; 0 = look up (GPU table / measured CPU peak)
+  double peak_gflops = 0;     ///< device peak for MFU; 0 = look up (GPU table / measured CPU peak)
   std::string device = "cpu"; ///< "cpu" or "cuda" (chapter 11)
 };
 
