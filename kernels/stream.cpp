@@ -3,6 +3,7 @@
 
 #include "allocator.hpp"
 #include "cuda_check.hpp"
+#include "stream_scratch.hpp"
 
 #include <atomic>
 
@@ -26,7 +27,10 @@ struct ThreadStream {
   ThreadStream& operator=(const ThreadStream&) = delete;
   ~ThreadStream() {
     // Destructors must not throw; a failure here means the context is already gone.
-    if (cudaStreamSynchronize(stream) == cudaSuccess) caching_allocator().retire_stream(id);
+    if (cudaStreamSynchronize(stream) == cudaSuccess) {
+      caching_allocator().retire_stream(id);
+      release_stream_scratch(stream);
+    }
     cudaStreamDestroy(stream);
   }
 };

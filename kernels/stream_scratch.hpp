@@ -14,5 +14,8 @@ namespace tinyscale::kernels {
 /// current device. The buffer grows when asked for more (the old one is freed in stream order)
 /// and is otherwise kept for the life of the process, so repeated calls cost a map lookup.
 void* stream_scratch(cudaStream_t stream, std::size_t bytes);
+/// Frees `stream`'s buffers (stream.cpp calls it when a thread's stream retires, after waiting
+/// for it), so ranks that come and go do not leave their workspaces behind.
+void release_stream_scratch(cudaStream_t stream);
 
 } // namespace tinyscale::kernels

@@ -28,8 +28,8 @@ struct SafetensorsFile {
   const Tensor& at(const std::string& name) const;
 };
 
-/// Writes `tensors` (float32, float64 or int64; any device) to `path` atomically, adding the
-/// data region's CRC-32 to the metadata under kCrc32Key (replacing any value given there).
+/// Writes `tensors` (float32, float64, bfloat16 or int64; any device) to `path` atomically, adding
+/// the data region's CRC-32 to the metadata under kCrc32Key (replacing any value given there).
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

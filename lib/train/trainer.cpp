@@ -24,7 +24,11 @@ const io::RunConfig& validated(const io::RunConfig& config) {
 }
 
 // The parameters, moved to train.device before the optimizer allocates its moments beside them.
-const nn::ParameterList& placed(const nn::ParameterList& params, Device device) {
+const nn::ParameterList& placed(const nn::ParameterList& params, Device device,
+                                const nn::ModelConfig& model) {
+  TS_CHECK(model.precision == "fp32" || device.kind == Device::Kind::CUDA,
+           "model.precision = \"bf16\": expected train.device = \"cuda\", found \"cpu\"; the CPU ",
+           "backend computes in float32 (it is the reference the GPU is checked against)");
   nn::to_device(params, device);
   return params;
 }
@@ -35,7 +39,7 @@ Trainer::Trainer(io::RunConfig config)
     : config_(validated(config)),
       data_(data::TokenDataset::open(config.data, config.model.vocab_size)),
       device_(parse_device(config.train.device)), model_(config.model, config.train.seed),
-      optimizer_(placed(model_.parameters(), device_), config.optim) {}
+      optimizer_(placed(model_.parameters(), device_, config.model), config.optim) {}
 
 Device parse_device(const std::string& name) {
   if (name == "cpu") return Device::cpu();
