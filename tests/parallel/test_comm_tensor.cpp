@@ -153,7 +153,7 @@ TEST_CASE("tensor collectives name both dtypes when ranks disagree, and reject b
                          all_reduce(comm, ids, ReduceOp::Avg);
                        },
                        test_options()),
-                   Contains("expected a floating dtype (float32 or float64) for ReduceOp::Avg, "
+                   Contains("expected a floating dtype (float32, float64 or bfloat16) for ReduceOp::Avg, "
                             "found int64"));
   REQUIRE_TS_ERROR(run_threads(
                        1,
