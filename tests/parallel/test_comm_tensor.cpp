@@ -146,15 +146,16 @@ TEST_CASE("tensor collectives name both dtypes when ranks disagree, and reject b
                        test_options()),
                    Contains("ranks disagree") && Contains("passed 6 float32 elements") &&
                        Contains("passed 6 float64 elements"));
-  REQUIRE_TS_ERROR(run_threads(
-                       1,
-                       [](Communicator& comm) {
-                         Tensor ids = rank_tensor(0, 2, DType::Int64);
-                         all_reduce(comm, ids, ReduceOp::Avg);
-                       },
-                       test_options()),
-                   Contains("expected a floating dtype (float32, float64 or bfloat16) for ReduceOp::Avg, "
-                            "found int64"));
+  REQUIRE_TS_ERROR(
+      run_threads(
+          1,
+          [](Communicator& comm) {
+            Tensor ids = rank_tensor(0, 2, DType::Int64);
+            all_reduce(comm, ids, ReduceOp::Avg);
+          },
+          test_options()),
+      Contains("expected a floating dtype (float32, float64 or bfloat16) for ReduceOp::Avg, "
+               "found int64"));
   REQUIRE_TS_ERROR(run_threads(
                        1,
                        [](Communicator& comm) {

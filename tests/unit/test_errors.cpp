@@ -46,10 +46,11 @@ TEST_CASE("mixing float32 and float64 names both dtypes", "[unit]") {
 
 TEST_CASE("int64 tensors are refused by gelu and matmul, naming the dtype found", "[unit]") {
   Tensor ids = Tensor::from_ids({1, 2, 3, 4}, Shape{2, 2});
-  REQUIRE_TS_ERROR(gelu(ids),
-                   Contains("gelu") && Contains("float32, float64 or bfloat16") && Contains("int64"));
-  REQUIRE_TS_ERROR(matmul(ids, ids),
-                   Contains("matmul") && Contains("float32, float64 or bfloat16") && Contains("int64"));
+  REQUIRE_TS_ERROR(gelu(ids), Contains("gelu") && Contains("float32, float64 or bfloat16") &&
+                                  Contains("int64"));
+  REQUIRE_TS_ERROR(matmul(ids, ids), Contains("matmul") &&
+                                         Contains("float32, float64 or bfloat16") &&
+                                         Contains("int64"));
   REQUIRE_TS_ERROR(add(ids, ids), Contains("add") && Contains("int64"));
 }
 
