@@ -41,4 +41,26 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                    });
 }
 
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  check_floating(q, "flash_attention", "q");
+  check_same_dtype_device(q, k, "flash_attention");
+  check_same_dtype_device(q, v, "flash_attention");
+  TS_CHECK(q.rank() == 4 && q.shape() == k.shape() && q.shape() == v.shape(),
+           "flash_attention: expected q, k, v of one shape [B, H, T, D], found ", q.shape().str(),
+           ", ", k.shape().str(), ", ", v.shape().str());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  Tensor lse = Tensor::empty(Shape{q.size(0), q.size(1), q.size(2)}, DType::Float32, q.device());
+  backend_of(q).attention_forward(q, k, v, scale, out, lse);
+  return record_op("flash_attention", out, {q, k, v},
+                   [q = q.detach(), k = k.detach(), v = v.detach(), out = out.detach(), lse,
+                    scale](const Tensor& g) {
+                     Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+                     Tensor dk = Tensor::empty(q.shape(), q.dtype(), q.device());
+                     Tensor dv = Tensor::empty(q.shape(), q.dtype(), q.device());
+                     backend_of(q).attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv);
+                     return Grads{dq, dk, dv};
+                   });
+}
+
 } // namespace tinyscale
