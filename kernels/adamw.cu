@@ -9,6 +9,7 @@
 // whose formula changes sides at weight 0.5 (start + w (end - start) below it, end - (end -
 // start) (1 - w) above); beta1 m + (1 - beta1) g is the same number only up to rounding.
 #include "kernels/cuda_check.hpp"
+#include "kernels/elementwise.cuh" // to_float
 #include "kernels/kernels.hpp"
 
 #include <algorithm>
@@ -54,9 +55,6 @@ __global__ void adamw_kernel(float* param, float* exp_avg, float* exp_avg_sq, co
     param[i] = p - s.step_size * (m / denom);
   }
 }
-
-__device__ float to_float(float x) { return x; }
-__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 __device__ double warp_sum(double x) {
   for (int offset = kLanes / 2; offset > 0; offset /= 2)

@@ -17,6 +17,7 @@
 // row's o and l by exp(m_old - m_new); and the backward's dS = P (dP - delta) needs
 // delta = rowsum(dO * O), a whole-row sum that no key tile could compute alone.
 #include "kernels/cuda_check.hpp"
+#include "kernels/elementwise.cuh" // to_float, from_float
 #include "kernels/kernels.hpp"
 
 #include <cmath>
@@ -44,14 +45,6 @@ template <int kD> struct BackwardTile {
   static constexpr int kKeys = kD == 128 ? 16 : 64;
   static constexpr int kQueries = kD == 32 ? 64 : 32;
 };
-
-__device__ float to_float(float x) { return x; }
-__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ T from_float(float x);
-template <> __device__ float from_float<float>(float x) { return x; }
-template <> __device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x); // round to nearest even, like core/bfloat16.hpp
-}
 
 __device__ float warp_max(float x) {
   for (int offset = kLanes / 2; offset > 0; offset /= 2)
