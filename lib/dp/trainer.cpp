@@ -20,9 +20,11 @@ const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicat
   return config;
 }
 
+} // namespace
+
 // The step's losses and MoE counts, summed over the group: every rank's share goes in as a
 // vector of doubles (the counts are small integers, exact in double).
-void reduce_over_group(comm::Communicator& group, train::StepResult& r) {
+void reduce_step_result(comm::Communicator& group, train::StepResult& r) {
   std::vector<double> v = {r.loss, r.lm_loss, r.aux_loss, r.z_loss};
   for (const auto& s : r.moe) {
     for (std::int64_t c : s.tokens_per_expert) v.push_back(static_cast<double>(c));
@@ -41,7 +43,6 @@ void reduce_over_group(comm::Communicator& group, train::StepResult& r) {
     s.aux_loss = sum[i++], s.z_loss = sum[i++];
   }
 }
-} // namespace
 
 DpTrainer::DpTrainer(io::RunConfig config, comm::Communicator& group, DpOptions options,
                      metrics::TraceRecorder* trace)
@@ -73,7 +74,7 @@ train::StepResult DpTrainer::train_step() {
       },
       *trace_);
   dp_->finish_gradient_sync();
-  reduce_over_group(*group_, r);
+  reduce_step_result(*group_, r);
   metrics::TraceRecorder::Scope scope(*trace_, "compute", "optimizer", "optimizer");
   trainer_.finish_step(r, start); // clipping is exact: see DataParallel::finish_gradient_sync
   return r;

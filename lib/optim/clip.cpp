@@ -25,18 +25,22 @@ double global_grad_norm(const nn::ParameterList& params) {
 
 double clip_grad_norm(const nn::ParameterList& params, double max_norm) {
   const double norm = global_grad_norm(params);
-  if (max_norm <= 0) return norm;
+  clip_grads_to_norm(params, max_norm, norm);
+  return norm;
+}
+
+void clip_grads_to_norm(const nn::ParameterList& params, double max_norm, double norm) {
+  if (max_norm <= 0) return;
   // PyTorch's rule: the 1e-6 keeps the division finite; the factor is clamped at 1, so grads with
   // norm + 1e-6 <= max_norm are left exactly as they are.
   const double factor = max_norm / (norm + 1e-6);
-  if (!(factor < 1.0)) return norm;
+  if (!(factor < 1.0)) return;
   for (const auto& p : params) {
     const Tensor g = p.tensor.grad();
     if (!g.defined()) continue;
     Tensor scaled = g;
     backend_of(g).unary(UnaryOp::MulScalar, g, factor, scaled);
   }
-  return norm;
 }
 
 } // namespace tinyscale::optim

@@ -16,4 +16,9 @@ double global_grad_norm(const nn::ParameterList& params);
 /// gradients as they are: check the returned norm before stepping.
 double clip_grad_norm(const nn::ParameterList& params, double max_norm);
 
+/// The scaling step of clip_grad_norm with a norm computed elsewhere (a sharded model's norm,
+/// summed over ranks: tp/gradients.hpp): scales every gradient by min(1, max_norm / (norm +
+/// 1e-6)); max_norm <= 0 or a NaN norm leaves them as they are.
+void clip_grads_to_norm(const nn::ParameterList& params, double max_norm, double norm);
+
 } // namespace tinyscale::optim

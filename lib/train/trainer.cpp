@@ -153,6 +153,8 @@ bool may_differ_on_resume(std::string_view key) {
   return false;
 }
 
+} // namespace
+
 // Every other key must match the checkpoint's config, or the resumed run is not the run that
 // was interrupted: train.steps sets the cosine schedule, batch_size and seq_len pick the data
 // rows, micro_batches changes MoE routing, and so on.
@@ -172,7 +174,6 @@ void check_same_run(const io::RunConfig& saved, const io::RunConfig& now, const 
            ". To train longer than train.steps, set optim.decay_steps in the original run so the "
            "schedule does not depend on train.steps");
 }
-} // namespace
 
 void Trainer::resume(const std::string& path) {
   io::Checkpoint c = io::read_checkpoint(path);

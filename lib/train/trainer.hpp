@@ -38,6 +38,10 @@ struct StepResult {
 /// asked of a CPU-only build or a machine without a GPU.
 Device parse_device(const std::string& name);
 
+/// Throws, naming every difference, unless `now` equals the config `saved` in a checkpoint at
+/// `path` in every key but logging, evaluation and checkpoint keys (what resume() checks).
+void check_same_run(const io::RunConfig& saved, const io::RunConfig& now, const std::string& path);
+
 class Trainer {
 public:
   /// Validates the config, builds the data (fails on a bad file before the model is built),

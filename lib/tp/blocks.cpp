@@ -1,0 +1,123 @@
+#include "tp/blocks.hpp"
+
+#include "backend/backend.hpp"
+#include "ops/ops.hpp"
+#include "tp/operators.hpp"
+
+#include <cmath>
+
+namespace tinyscale::tp {
+
+namespace {
+// GPT-2 paper sec. 2.3: residual projections scaled by 1/sqrt(N), N = 2 per block.
+double residual_std(const nn::ModelConfig& c) {
+  return c.initializer_range / std::sqrt(2.0 * c.n_layer);
+}
+} // namespace
+
+TpAttention::TpAttention(nn::ParameterList& params, const std::string& name, int layer,
+                         const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
+    : name_(name), layer_(layer), local_heads_(config.n_head / tp.size()), dropout_(config.dropout),
+      fused_attention_(config.fused_attention), tp_(tp),
+      c_attn_(params, name + ".c_attn", config.n_embd, 3 * config.n_embd, config.initializer_range,
+              config.bias, seed, config.dtype, tp),
+      c_proj_(params, name + ".c_proj", config.n_embd, config.n_embd, residual_std(config),
+              config.bias, seed, config.dtype, tp) {}
+
+Tensor TpAttention::forward(const Tensor& x, const nn::ForwardContext& ctx) const {
+  Tensor whole = enter_tp(x, tp_); // [B, T, C] on every rank
+  const std::int64_t B = whole.size(0), T = whole.size(1), H = local_heads_;
+  std::vector<Tensor> qkv = chunk(c_attn_.forward(whole), -1, 3); // 3 x [B, T, C/t]: my heads
+  const std::int64_t D = qkv[0].size(2) / H;
+  auto heads = [&](const Tensor& t) { return permute(reshape(t, {B, T, H, D}), {0, 2, 1, 3}); };
+  const bool fused = fused_attention_ && backend_of(x).has_fused_attention();
+  Tensor y = fused ? flash_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]))
+                   : scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+  y = reshape(permute(y, {0, 2, 1, 3}), {B, T, H * D}); // [B, T, C/t]
+  y = c_proj_.forward(y, tp_, tp_.identity_g_layer == layer_);
+  return residual_dropout(y, dropout_, ctx, name_, tp_);
+}
+
+TpMlp::TpMlp(nn::ParameterList& params, const std::string& name, const nn::ModelConfig& config,
+             std::uint64_t seed, const TpContext& tp)
+    : name_(name), dropout_(config.dropout), tp_(tp),
+      c_fc_(params, name + ".c_fc", config.n_embd, config.n_inner(), config.initializer_range,
+            config.bias, seed, config.dtype, tp),
+      c_proj_(params, name + ".c_proj", config.n_inner(), config.n_embd, residual_std(config),
+              config.bias, seed, config.dtype, tp) {}
+
+nn::FeedForwardOutput TpMlp::forward(const Tensor& x, const nn::ForwardContext& ctx) const {
+  Tensor y = c_proj_.forward(gelu(c_fc_.forward(enter_tp(x, tp_))), tp_);
+  return {residual_dropout(y, dropout_, ctx, name_, tp_), Tensor(), Tensor(), std::nullopt};
+}
+
+TpMoe::TpMoe(nn::ParameterList& params, const std::string& name, int layer,
+             const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
+    : name_(name), layer_(layer), dropout_(config.dropout), moe_(config.moe), tp_(tp) {
+  router_weight_ = nn::normal_parameter(params, name + ".router.weight",
+                                        Shape({config.n_embd, config.moe.n_experts}),
+                                        config.initializer_range, seed, config.dtype);
+  experts_.reserve(static_cast<std::size_t>(config.moe.n_experts));
+  for (int e = 0; e < config.moe.n_experts; ++e) {
+    const std::string expert = name + ".experts." + std::to_string(e);
+    experts_.push_back(
+        Expert{ColumnParallelLinear(params, expert + ".c_fc", config.n_embd, config.n_inner(),
+                                    config.initializer_range, config.bias, seed, config.dtype, tp),
+               RowParallelLinear(params, expert + ".c_proj", config.n_inner(), config.n_embd,
+                                 residual_std(config), config.bias, seed, config.dtype, tp)});
+  }
+}
+
+nn::FeedForwardOutput TpMoe::forward(const Tensor& x, const nn::ForwardContext& ctx) const {
+  // Every rank routes all the micro-batch's tokens, so capacity drops exactly what one rank drops.
+  Tensor whole = tp_.sequence_parallel ? gather_from_sequence_replicated(x, *tp_.group) : x;
+  const std::int64_t B = whole.size(0), T = whole.size(1), C = whole.size(2), N = B * T;
+  const int k = moe_.top_k;
+  Tensor tokens = reshape(whole, {N, C});
+  moe::Routing r = moe::route(tokens, router_weight_, moe_);
+  Tensor expert_input = copy_to_tp(tokens, *tp_.group); // f on the experts' path only
+
+  nn::MoeLayerStats stats;
+  stats.layer = layer_;
+  stats.assignments = N * k;
+  stats.dropped = r.dropped;
+  std::vector<Tensor> partials;
+  std::vector<std::vector<std::int64_t>> rows_of(experts_.size());
+  for (std::size_t e = 0; e < experts_.size(); ++e) {
+    const auto& kept = r.kept[e];
+    stats.tokens_per_expert.push_back(static_cast<std::int64_t>(kept.size()));
+    if (kept.empty()) continue; // no tokens, no gradient: the same on every rank
+    for (std::int64_t a : kept) rows_of[e].push_back(a / k);
+    const Shape m({static_cast<std::int64_t>(kept.size())});
+    const Expert& ex = experts_[e];
+    partials.push_back(ex.c_proj.partial(
+        gelu(ex.c_fc.forward(gather_rows(expert_input, Tensor::from_ids(rows_of[e], m))))));
+  }
+  Tensor y = Tensor::zeros(Shape({N, C}), whole.dtype(), whole.device());
+  if (!partials.empty()) {
+    // One g for all experts: the whole outputs, then each expert's bias and its gates.
+    std::vector<std::int64_t> sizes;
+    for (const Tensor& p : partials) sizes.push_back(p.size(0));
+    std::vector<Tensor> outputs = split(reduce_from_tp(concat(partials, 0), *tp_.group), 0, sizes);
+    std::vector<std::int64_t> destination;
+    std::size_t i = 0;
+    for (std::size_t e = 0; e < experts_.size(); ++e) {
+      if (r.kept[e].empty()) continue;
+      const Shape m({static_cast<std::int64_t>(r.kept[e].size())});
+      Tensor out = outputs[i];
+      if (experts_[e].c_proj.bias.defined()) out = out + cast(experts_[e].c_proj.bias, out.dtype());
+      outputs[i++] = out * gather_rows(r.gates, Tensor::from_ids(r.kept[e], m)); // [n_e, C]
+      destination.insert(destination.end(), rows_of[e].begin(), rows_of[e].end());
+    }
+    const Shape d({static_cast<std::int64_t>(destination.size())});
+    y = scatter_add_rows(concat(outputs, 0), Tensor::from_ids(destination, d), N);
+  }
+  y = reshape(y, {B, T, C});
+  if (tp_.sequence_parallel) y = scatter_to_sequence(y, *tp_.group);
+  y = residual_dropout(y, dropout_, ctx, name_, tp_);
+  stats.aux_loss = r.aux_loss.item();
+  stats.z_loss = r.z_loss.item();
+  return nn::FeedForwardOutput{y, r.aux_loss, r.z_loss, stats};
+}
+
+} // namespace tinyscale::tp

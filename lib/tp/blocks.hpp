@@ -1,0 +1,74 @@
+// The sublayers of a tensor-parallel transformer block (chapter 05): attention with its heads split
+// over the ranks, the column -> row MLP, and the mixture of experts with every expert split the
+// same way. Each takes and returns the residual stream's layout: [B, T, C] replicated, or with
+// sequence parallelism [B, T/t, C]. The easy thing to get wrong (MoE): the router runs on every
+// rank on the same tokens, so its gradient is already whole; only the experts' inputs go through
+// f, and the experts' partial outputs are reduced before their biases and gates are applied, so
+// the gates' gradients are whole too and every replicated parameter gets the same gradient.
+#pragma once
+
+#include "moe/router.hpp"
+#include "nn/mlp.hpp"
+#include "tp/layers.hpp"
+
+#include <vector>
+
+namespace tinyscale::tp {
+
+/// h.N.attn with heads [r H/t, (r+1) H/t) on rank r.
+class TpAttention {
+public:
+  TpAttention(nn::ParameterList& params, const std::string& name, int layer,
+              const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp);
+  /// x [B, T, C] (or [B, T/t, C]) -> the same layout.
+  Tensor forward(const Tensor& x, const nn::ForwardContext& ctx) const;
+  const RowParallelLinear& c_proj() const { return c_proj_; }
+
+private:
+  std::string name_;
+  int layer_, local_heads_;
+  double dropout_;
+  bool fused_attention_;
+  TpContext tp_;
+  ColumnParallelLinear c_attn_;
+  RowParallelLinear c_proj_;
+};
+
+/// h.N.mlp, dense: c_fc column-parallel, GELU, c_proj row-parallel, dropout.
+class TpMlp : public nn::FeedForward {
+public:
+  TpMlp(nn::ParameterList& params, const std::string& name, const nn::ModelConfig& config,
+        std::uint64_t seed, const TpContext& tp);
+  nn::FeedForwardOutput forward(const Tensor& x, const nn::ForwardContext& ctx) const override;
+  const RowParallelLinear& c_proj() const { return c_proj_; }
+
+private:
+  std::string name_;
+  double dropout_;
+  TpContext tp_;
+  ColumnParallelLinear c_fc_;
+  RowParallelLinear c_proj_;
+};
+
+/// h.N.mlp as a mixture of experts, every expert split like TpMlp; the router is replicated.
+class TpMoe : public nn::FeedForward {
+public:
+  TpMoe(nn::ParameterList& params, const std::string& name, int layer,
+        const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp);
+  nn::FeedForwardOutput forward(const Tensor& x, const nn::ForwardContext& ctx) const override;
+
+private:
+  struct Expert {
+    ColumnParallelLinear c_fc;
+    RowParallelLinear c_proj;
+  };
+  std::string name_;
+  int layer_;
+  double dropout_;
+  nn::MoeConfig moe_;
+  TpContext tp_;
+  Tensor router_weight_;
+  std::vector<Expert> experts_;
+};
+
+} // namespace tinyscale::tp

@@ -1,0 +1,88 @@
+#include "tp/layers.hpp"
+
+#include "core/rng.hpp"
+#include "nn/layers.hpp"
+#include "ops/ops.hpp"
+#include "tp/operators.hpp"
+#include "tp/sharding.hpp"
+
+namespace tinyscale::tp {
+
+Tensor enter_tp(const Tensor& x, const TpContext& tp) {
+  return tp.sequence_parallel ? gather_from_sequence(x, *tp.group) : copy_to_tp(x, *tp.group);
+}
+
+Tensor exit_tp(const Tensor& x, const TpContext& tp) {
+  return tp.sequence_parallel ? reduce_scatter_to_sequence(x, *tp.group)
+                              : reduce_from_tp(x, *tp.group);
+}
+
+Tensor shard_normal_parameter(nn::ParameterList& params, const std::string& name,
+                              const Shape& full_shape, double std, std::uint64_t seed, DType dtype,
+                              const TpContext& tp, bool decay) {
+  // The whole tensor from the parameter's own stream, exactly as nn::normal_parameter draws it.
+  const Tensor full = Tensor::randn(full_shape, seed, stream_id(name), dtype, 0.0, std);
+  return nn::add_parameter(params, name, cut_shard(full, shard_spec(name), tp.rank(), tp.size()),
+                           decay);
+}
+
+Tensor shard_zeros_parameter(nn::ParameterList& params, const std::string& name,
+                             const Shape& full_shape, DType dtype, const TpContext& tp) {
+  const Tensor full = Tensor::zeros(full_shape, dtype);
+  return nn::add_parameter(params, name, cut_shard(full, shard_spec(name), tp.rank(), tp.size()),
+                           false);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(nn::ParameterList& params, const std::string& name,
+                                           std::int64_t in, std::int64_t out, double std,
+                                           bool has_bias, std::uint64_t seed, DType dtype,
+                                           const TpContext& tp) {
+  weight = shard_normal_parameter(params, name + ".weight", Shape({in, out}), std, seed, dtype, tp);
+  if (has_bias) bias = shard_zeros_parameter(params, name + ".bias", Shape({out}), dtype, tp);
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) const {
+  Tensor y = matmul(x, cast(weight, x.dtype()));
+  return bias.defined() ? y + cast(bias, x.dtype()) : y;
+}
+
+RowParallelLinear::RowParallelLinear(nn::ParameterList& params, const std::string& name,
+                                     std::int64_t in, std::int64_t out, double std, bool has_bias,
+                                     std::uint64_t seed, DType dtype, const TpContext& tp) {
+  weight = shard_normal_parameter(params, name + ".weight", Shape({in, out}), std, seed, dtype, tp);
+  if (has_bias) bias = shard_zeros_parameter(params, name + ".bias", Shape({out}), dtype, tp);
+}
+
+Tensor RowParallelLinear::partial(const Tensor& x) const {
+  return matmul(x, cast(weight, x.dtype()));
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x, const TpContext& tp, bool identity_exit) const {
+  Tensor y = identity_exit ? partial(x) : exit_tp(partial(x), tp);
+  return bias.defined() ? y + cast(bias, y.dtype()) : y;
+}
+
+Tensor sequence_dropout(const Tensor& x, double p, const nn::ForwardContext& ctx,
+                        const std::string& name, std::int64_t seq_len, std::int64_t seq_start) {
+  if (!ctx.training || p <= 0) return x;
+  const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  const DropoutRng base = ctx.dropout_rng(name, seq_len * C); // offset of this call's first row
+  if (T == seq_len) return dropout(x, p, base);
+  // Row b's shard starts at element (b * seq_len + seq_start) * C of the single-rank mask.
+  std::vector<Tensor> rows;
+  for (std::int64_t b = 0; b < B; ++b) {
+    DropoutRng rng = base;
+    rng.offset += static_cast<std::uint64_t>((b * seq_len + seq_start) * C);
+    rows.push_back(dropout(slice(x, 0, b, b + 1), p, rng));
+  }
+  return concat(rows, 0);
+}
+
+Tensor residual_dropout(const Tensor& x, double p, const nn::ForwardContext& ctx,
+                        const std::string& name, const TpContext& tp) {
+  const std::int64_t T = x.size(1);
+  return tp.sequence_parallel ? sequence_dropout(x, p, ctx, name, T * tp.size(), T * tp.rank())
+                              : sequence_dropout(x, p, ctx, name, T, 0);
+}
+
+} // namespace tinyscale::tp

@@ -1,0 +1,136 @@
+#include "tp/model.hpp"
+
+#include "core/error.hpp"
+#include "ops/ops.hpp"
+#include "tp/blocks.hpp"
+#include "tp/operators.hpp"
+#include "tp/vocab_parallel.hpp"
+
+namespace tinyscale::tp {
+
+void check_tp_layout(const nn::ModelConfig& m, std::int64_t seq_len, int tp,
+                     bool sequence_parallel) {
+  TS_CHECK(tp >= 1, "tensor parallel: expected tp >= 1, found ", tp);
+  auto fix = [&](const char* key) {
+    return std::string("; set ") + key + " to a multiple of " + std::to_string(tp) +
+           " or choose a tp that divides it";
+  };
+  TS_CHECK(m.n_head % tp == 0, "tensor parallel: expected model.n_head (", m.n_head,
+           ") divisible by tp = ", tp, " (each rank takes n_head / tp heads), found a remainder",
+           fix("model.n_head"));
+  TS_CHECK(m.n_embd % tp == 0, "tensor parallel: expected model.n_embd (", m.n_embd,
+           ") divisible by tp = ", tp, ", found a remainder", fix("model.n_embd"));
+  TS_CHECK(m.n_inner() % tp == 0, "tensor parallel: expected the MLP width 4 x model.n_embd (",
+           m.n_inner(), ") divisible by tp = ", tp, ", found a remainder", fix("model.n_embd"));
+  TS_CHECK(m.vocab_size % tp == 0, "tensor parallel: expected model.vocab_size (", m.vocab_size,
+           ") divisible by tp = ", tp, " (the embedding and the head are split by vocabulary), ",
+           "found a remainder; pad the vocabulary: set model.vocab_size to a multiple of ", tp);
+  TS_CHECK(!sequence_parallel || seq_len % tp == 0, "sequence parallel: expected train.seq_len (",
+           seq_len, ") divisible by tp = ", tp, " (each rank holds seq_len / tp positions), ",
+           "found a remainder", fix("train.seq_len"), ", or turn sequence parallelism off");
+}
+
+/// h.N on a tensor-parallel rank: the pre-LayerNorm block of nn/block.hpp.
+class TpBlock {
+public:
+  TpBlock(nn::ParameterList& params, nn::ParameterList& sp_params, int layer,
+          const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
+      : ln_1_(params, name(layer) + ".ln_1", config.n_embd, config.bias, config.layer_norm_epsilon,
+              config.dtype),
+        attn_(params, name(layer) + ".attn", layer, config, seed, tp),
+        ln_2_(params, name(layer) + ".ln_2", config.n_embd, config.bias, config.layer_norm_epsilon,
+              config.dtype) {
+    const std::string mlp = name(layer) + ".mlp";
+    if (config.is_moe_layer(layer)) {
+      mlp_ = std::make_unique<TpMoe>(params, mlp, layer, config, seed, tp);
+    } else {
+      auto dense = std::make_unique<TpMlp>(params, mlp, config, seed, tp);
+      if (tp.sequence_parallel && dense->c_proj().bias.defined())
+        sp_params.push_back(find_parameter(params, mlp + ".c_proj.bias"));
+      mlp_ = std::move(dense);
+    }
+    if (!tp.sequence_parallel) return;
+    // On a sequence shard: the LayerNorms and the bias added after the reduce-scatter.
+    for (const nn::LayerNorm* ln : {&ln_1_, &ln_2_})
+      for (const Tensor& p : {ln->weight, ln->bias})
+        if (p.defined()) sp_params.push_back(find_parameter(params, p.name()));
+    if (attn_.c_proj().bias.defined())
+      sp_params.push_back(find_parameter(params, name(layer) + ".attn.c_proj.bias"));
+  }
+
+  nn::FeedForwardOutput forward(const Tensor& x, const nn::ForwardContext& ctx) const {
+    Tensor h = x + attn_.forward(ln_1_.forward(x), ctx);
+    nn::FeedForwardOutput out = mlp_->forward(ln_2_.forward(h), ctx);
+    out.y = h + out.y;
+    return out;
+  }
+
+private:
+  static std::string name(int layer) { return "h." + std::to_string(layer); }
+  nn::LayerNorm ln_1_;
+  TpAttention attn_;
+  nn::LayerNorm ln_2_;
+  std::unique_ptr<nn::FeedForward> mlp_;
+};
+
+TpGPT::TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
+    : config_(config), tp_(tp) {
+  TS_CHECK(tp.group != nullptr, "TpGPT: expected a tp group, found none");
+  config.validate();
+  // A sequence length is not known here; the trainer checks it (check_tp_layout).
+  check_tp_layout(config, 0, tp.size(), false);
+  wte_ = shard_normal_parameter(params_, "wte.weight", Shape({config.vocab_size, config.n_embd}),
+                                config.initializer_range, seed, config.dtype, tp, false);
+  wpe_ = nn::normal_parameter(params_, "wpe.weight", Shape({config.n_positions, config.n_embd}),
+                              config.initializer_range, seed, config.dtype, false);
+  if (tp.sequence_parallel) sp_params_.push_back(params_.back());
+  for (int i = 0; i < config.n_layer; ++i)
+    blocks_.push_back(std::make_unique<TpBlock>(params_, sp_params_, i, config, seed, tp));
+  ln_f_ = std::make_unique<nn::LayerNorm>(params_, "ln_f", config.n_embd, config.bias,
+                                          config.layer_norm_epsilon, config.dtype);
+  if (tp.sequence_parallel)
+    for (const Tensor& p : {ln_f_->weight, ln_f_->bias})
+      if (p.defined()) sp_params_.push_back(find_parameter(params_, p.name()));
+}
+
+TpGPT::~TpGPT() = default;
+TpGPT::TpGPT(TpGPT&&) noexcept = default;
+
+nn::ModelOutput TpGPT::forward(const Tensor& ids, const Tensor& targets,
+                               const nn::ForwardContext& ctx) const {
+  TS_CHECK(ids.rank() == 2, "TpGPT: expected token ids [B, T], found ", ids.shape().str());
+  const std::int64_t T = ids.size(1), rows_per_rank = wte_.size(0);
+  TS_CHECK(T <= config_.n_positions, "TpGPT: expected at most n_positions = ", config_.n_positions,
+           " tokens per sequence, found ", T);
+  const std::int64_t vocab_start = tp_.rank() * rows_per_rank;
+  const DType compute = config_.compute_dtype();
+  // Embedding: each rank looks up the ids in its rows; the exit sums (or reduce-scatters) them.
+  Tensor x = exit_tp(vocab_parallel_embedding(ids, cast(wte_, compute), vocab_start), tp_);
+  const std::int64_t t_local = x.size(1), start = tp_.sequence_parallel ? tp_.rank() * t_local : 0;
+  x = x + slice(cast(wpe_, compute), 0, start, start + t_local);
+  x = residual_dropout(x, config_.dropout, ctx, "wte+wpe", tp_);
+
+  nn::ModelOutput out;
+  for (const auto& block : blocks_) {
+    nn::FeedForwardOutput b = block->forward(x, ctx);
+    x = b.y;
+    if (b.aux_loss.defined()) {
+      out.aux_loss = out.aux_loss.defined() ? out.aux_loss + b.aux_loss : b.aux_loss;
+      out.z_loss = out.z_loss.defined() ? out.z_loss + b.z_loss : b.z_loss;
+    }
+    if (b.stats) out.moe.push_back(*b.stats);
+  }
+  // The tied head, column-parallel over the vocabulary: [B, T, C] x [C, V/t].
+  Tensor h = enter_tp(ln_f_->forward(x), tp_);
+  out.logits = matmul(h, transpose(cast(wte_, h.dtype()), 0, 1));
+  if (targets.defined()) {
+    TS_CHECK(targets.shape() == ids.shape(), "TpGPT: expected targets shaped like the ids ",
+             ids.shape().str(), ", found ", targets.shape().str());
+    out.lm_loss = vocab_parallel_cross_entropy(out.logits, targets, vocab_start, *tp_.group);
+    out.loss = out.lm_loss;
+    if (out.aux_loss.defined()) out.loss = out.loss + out.aux_loss + out.z_loss;
+  }
+  return out;
+}
+
+} // namespace tinyscale::tp

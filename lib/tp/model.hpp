@@ -1,0 +1,60 @@
+// GPT-2 split over a tensor-parallel group (chapter 05): the model of nn/gpt.hpp with every matmul
+// sharded the Megatron way. Heads are split over the ranks (c_attn column-parallel, c_proj
+// row-parallel), the MLP is column -> row, wte is split by vocabulary (embedding and tied head),
+// and the loss is the vocabulary-parallel cross-entropy, so the logits are never gathered. With
+// sequence parallelism the residual stream, LayerNorms and dropout live on [B, T/t, C] shards.
+// Parameters keep the names and the order of nn::GPT; each holds this rank's shard
+// (tp/sharding.hpp), so checkpoints and AdamW state map one to one onto the single-rank model's.
+// The easy thing to get wrong: with sequence parallelism the replicated parameters that act on a
+// sequence shard (LayerNorms, wpe, the row-parallel biases) see only their shard's tokens, so
+// their gradients are partial and must be all-reduced over tp (sequence_parallel_parameters()).
+#pragma once
+
+#include "nn/config.hpp"
+#include "nn/gpt.hpp"
+#include "tp/layers.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace tinyscale::tp {
+
+/// Throws, before any work, when the model or the sequence cannot be split over `tp` ranks:
+/// heads, hidden size, MLP width and vocabulary must divide by tp, and with sequence
+/// parallelism the sequence length too. The message names the setting to change.
+void check_tp_layout(const nn::ModelConfig& model, std::int64_t seq_len, int tp,
+                     bool sequence_parallel);
+
+class TpBlock;
+
+/// GPT-2 on one rank of a tensor-parallel group.
+class TpGPT {
+public:
+  /// Builds this rank's shards (the single-rank model's initial values, cut). `tp.group` must
+  /// outlive the model.
+  TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp);
+  ~TpGPT();
+  TpGPT(TpGPT&&) noexcept;
+
+  const nn::ModelConfig& config() const { return config_; }
+  const TpContext& tp() const { return tp_; }
+  /// Every parameter shard once, in nn::GPT's order and with its names.
+  const nn::ParameterList& parameters() const { return params_; }
+  /// The replicated parameters whose gradients are partial sums over tp (sequence parallelism).
+  const nn::ParameterList& sequence_parallel_parameters() const { return sp_params_; }
+
+  /// Collective over tp: ids [B, T] and targets [B, T] -> the losses (as nn::GPT computes them);
+  /// `logits` holds this rank's vocabulary slice [B, T, V/t].
+  nn::ModelOutput forward(const Tensor& ids, const Tensor& targets,
+                          const nn::ForwardContext& ctx) const;
+
+private:
+  nn::ModelConfig config_;
+  TpContext tp_;
+  nn::ParameterList params_, sp_params_;
+  Tensor wte_, wpe_; ///< wte [V/t, C] (this rank's vocabulary rows), wpe [n_positions, C]
+  std::vector<std::unique_ptr<TpBlock>> blocks_;
+  std::unique_ptr<nn::LayerNorm> ln_f_;
+};
+
+} // namespace tinyscale::tp

@@ -1,0 +1,57 @@
+#include "tp/sharding.hpp"
+
+#include "autograd/grad_mode.hpp"
+#include "core/error.hpp"
+#include "ops/ops.hpp"
+
+namespace tinyscale::tp {
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+} // namespace
+
+ShardSpec shard_spec(const std::string& name) {
+  if (name == "wte.weight") return {0, 1};
+  if (ends_with(name, ".c_attn.weight")) return {1, 3};
+  if (ends_with(name, ".c_attn.bias")) return {0, 3};
+  if (ends_with(name, ".c_fc.weight")) return {1, 1};
+  if (ends_with(name, ".c_fc.bias")) return {0, 1};
+  if (ends_with(name, ".c_proj.weight")) return {0, 1};
+  return {}; // wpe, ln_*, ln_f, c_proj biases, the MoE router
+}
+
+Tensor cut_shard(const Tensor& full, const ShardSpec& spec, int rank, int ranks) {
+  NoGradGuard no_grad;
+  if (spec.replicated()) return full.detach().clone();
+  TS_CHECK(spec.dim < full.rank(), "tp::cut_shard: expected a tensor with a dimension ", spec.dim,
+           ", found ", full.shape().str());
+  const std::int64_t block = full.size(spec.dim) / spec.blocks;
+  TS_CHECK(block * spec.blocks == full.size(spec.dim) && block % ranks == 0,
+           "tp::cut_shard: expected dimension ", spec.dim, " of ", full.shape().str(), " to split ",
+           "into ", spec.blocks, " block(s) of a multiple of tp = ", ranks, " elements, found ",
+           full.size(spec.dim), "; choose model sizes divisible by tp");
+  const std::int64_t piece = block / ranks;
+  std::vector<Tensor> parts;
+  for (int b = 0; b < spec.blocks; ++b) {
+    const std::int64_t start = b * block + rank * piece;
+    parts.push_back(slice(full.detach(), spec.dim, start, start + piece));
+  }
+  return parts.size() == 1 ? parts[0] : concat(parts, spec.dim);
+}
+
+Tensor join_shards(const std::vector<Tensor>& shards, const ShardSpec& spec) {
+  NoGradGuard no_grad;
+  TS_CHECK(!shards.empty(), "tp::join_shards: expected at least one shard, found none");
+  if (spec.replicated()) return shards[0].detach().clone();
+  const std::int64_t piece = shards[0].size(spec.dim) / spec.blocks;
+  std::vector<Tensor> parts;
+  for (int b = 0; b < spec.blocks; ++b)
+    for (const Tensor& s : shards)
+      parts.push_back(slice(s.detach(), spec.dim, b * piece, (b + 1) * piece));
+  return concat(parts, spec.dim);
+}
+
+} // namespace tinyscale::tp

@@ -1,0 +1,38 @@
+// How tensor parallelism cuts each parameter of GPT-2 (chapter 05), decided from its name alone,
+// so a checkpoint moves between layouts: a tp = 2 run joins its shards into the tp = 1 layout when
+// it saves, and cuts a tp = 1 checkpoint into shards when it loads. The easy thing to get wrong:
+// c_attn's columns are [q | k | v], each C wide, and head parallelism gives rank r heads
+// [r H/t, (r+1) H/t) of all three. So its shard is three blocks, one from each of q, k and v,
+// not one contiguous block of 3C/t columns.
+#pragma once
+
+#include "core/tensor.hpp"
+
+#include <string>
+#include <vector>
+
+namespace tinyscale::tp {
+
+/// Where a parameter is cut: along `dim` (-1: replicated, every rank holds all of it), in
+/// `blocks` equal blocks each cut into t pieces (3 for c_attn's q, k, v; 1 otherwise).
+struct ShardSpec {
+  int dim = -1;
+  int blocks = 1;
+  bool replicated() const { return dim < 0; }
+};
+
+/// The rule for GPT-2's parameters (Hugging Face names), dense and MoE:
+///   wte.weight                               dim 0 (vocabulary-parallel embedding and head)
+///   *.c_attn.weight / .bias                  dim 1 / dim 0, 3 blocks (heads of q, k, v)
+///   *.c_fc.weight / .bias                    dim 1 / dim 0 (column-parallel)
+///   *.c_proj.weight                          dim 0 (row-parallel); its bias is replicated
+///   wpe, LayerNorms, c_proj biases, router   replicated
+ShardSpec shard_spec(const std::string& name);
+
+/// Rank `rank`'s shard of a full tensor (a copy); the full tensor when replicated. Every cut
+/// size must divide by `ranks`.
+Tensor cut_shard(const Tensor& full, const ShardSpec& spec, int rank, int ranks);
+/// The full tensor from every rank's shard, in rank order (the inverse of cut_shard).
+Tensor join_shards(const std::vector<Tensor>& shards, const ShardSpec& spec);
+
+} // namespace tinyscale::tp

@@ -1,0 +1,96 @@
+// Chapter 05's proof on the threads backend: tensor parallelism with t = 2 and 4, with and without
+// sequence parallelism, dense and MoE, dropout on, and DP x TP = 2 x 2, equals one rank
+// (tests/tp_equivalence.hpp says what is compared); the comparison notices one missing g.
+#include "rank_checks.hpp"
+#include "tp_equivalence.hpp"
+
+#include "comm/launch.hpp"
+#include "mesh/mesh.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tinyscale;
+using namespace tinyscale::test;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+// Runs dp x tp ranks on threads (tp innermost); returns world rank 0's record after checking that
+// every rank ended with the same joined model as rank 0.
+RunRecord threads_tp_run(int dp, int tp, const io::RunConfig& config, tp::TpOptions options) {
+  std::vector<RunRecord> records(static_cast<std::size_t>(dp * tp));
+  comm::run_threads(
+      dp * tp,
+      [&](comm::Communicator& world) {
+        mesh::Mesh mesh(world, mesh::MeshLayout(mesh::MeshShape{dp, tp, 1, 1, 1}));
+        comm::Communicator* dp_group = dp > 1 ? &mesh.group(mesh::Axis::Dp) : nullptr;
+        records[static_cast<std::size_t>(world.rank())] =
+            tp_run(mesh.group(mesh::Axis::Tp), dp_group, config, options);
+      },
+      comm::testing::test_options(std::chrono::seconds(60)));
+  for (std::size_t r = 1; r < records.size(); ++r) {
+    INFO("rank " << r << " against rank 0");
+    REQUIRE(compare_runs(records[0], records[r], 0.0) == "");
+  }
+  return records[0];
+}
+
+void require_equivalent(int dp, int tp, bool sp, bool moe, int k = 1, DType dtype = DType::Float32,
+                        double tolerance = kTolerance) {
+  const io::RunConfig config = tp_run_config(dp, 2, k, moe, dtype);
+  const RunRecord want = reference_run(config, dp);
+  const RunRecord got = threads_tp_run(dp, tp, config, {sp, -1});
+  INFO("dp = " << dp << ", tp = " << tp << (sp ? " with SP" : "") << (moe ? ", MoE" : ", dense")
+               << ": worst relative error " << worst_error(want, got));
+  REQUIRE(compare_runs(want, got, tolerance) == "");
+}
+
+} // namespace
+
+TEST_CASE("Tensor parallel on 2 ranks equals one rank: losses, norms and every parameter after 3 "
+          "AdamW steps, dropout on (fp32, rel 1e-5)",
+          "[parallel][tp]") {
+  SECTION("dense") { require_equivalent(1, 2, false, false); }
+  SECTION("dense, sequence parallel") { require_equivalent(1, 2, true, false); }
+  SECTION("MoE top-2 with dropping") { require_equivalent(1, 2, false, true); }
+  SECTION("MoE, sequence parallel, 2 micro-batches") { require_equivalent(1, 2, true, true, 2); }
+}
+
+TEST_CASE("Tensor parallel on 4 ranks equals one rank (fp32, rel 1e-5)", "[parallel][tp]") {
+  SECTION("dense") { require_equivalent(1, 4, false, false); }
+  SECTION("dense, sequence parallel") { require_equivalent(1, 4, true, false); }
+  SECTION("MoE") { require_equivalent(1, 4, false, true); }
+  SECTION("MoE, sequence parallel") { require_equivalent(1, 4, true, true); }
+}
+
+TEST_CASE("DP x TP = 2 x 2 equals one rank on the whole batch (fp32, rel 1e-5)", "[parallel][tp]") {
+  SECTION("dense, sequence parallel") { require_equivalent(2, 2, true, false); }
+  SECTION("MoE") { require_equivalent(2, 2, false, true); }
+}
+
+TEST_CASE("Tensor parallel with biases in float64 equals one rank to 1e-10 (the sequence-parallel "
+          "gradient sum of LayerNorms, wpe and row-parallel biases)",
+          "[parallel][tp]") {
+  SECTION("tp = 2, SP") { require_equivalent(1, 2, true, false, 1, DType::Float64, 1e-10); }
+  SECTION("tp = 2, MoE") { require_equivalent(1, 2, false, true, 1, DType::Float64, 1e-10); }
+  SECTION("tp = 4, MoE, SP") { require_equivalent(1, 4, true, true, 1, DType::Float64, 1e-10); }
+}
+
+TEST_CASE("Negative control: replacing one g operator by the identity breaks the equivalence",
+          "[parallel][tp]") {
+  const io::RunConfig config = tp_run_config(1, 2, 1, false);
+  const RunRecord want = reference_run(config, 1);
+  for (int layer : {0, 1}) {
+    INFO("attention g of layer " << layer << " replaced by the identity");
+    std::vector<std::string> differences(2);
+    comm::run_threads(2, [&](comm::Communicator& world) {
+      const RunRecord got = tp_run(world, nullptr, config, {false, layer});
+      differences[static_cast<std::size_t>(world.rank())] = compare_runs(want, got, kTolerance);
+    });
+    for (const std::string& d : differences) {
+      INFO(d);
+      CHECK_FALSE(d.empty());
+    }
+  }
+}
