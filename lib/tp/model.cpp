@@ -1,10 +1,13 @@
 #include "tp/model.hpp"
 
+#include "comm/counting.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
 #include "tp/blocks.hpp"
 #include "tp/operators.hpp"
 #include "tp/vocab_parallel.hpp"
+
+#include <optional>
 
 namespace tinyscale::tp {
 
@@ -104,6 +107,8 @@ nn::ModelOutput TpGPT::forward(const Tensor& ids, const Tensor& targets,
            " tokens per sequence, found ", T);
   const std::int64_t vocab_start = tp_.rank() * rows_per_rank;
   const DType compute = config_.compute_dtype();
+  // Traffic is counted per region when the group is a comm::CountingCommunicator (bench tp).
+  std::optional<comm::CountingRegion> region(std::in_place, *tp_.group, "embedding");
   // Embedding: each rank looks up the ids in its rows; the exit sums (or reduce-scatters) them.
   Tensor x = exit_tp(vocab_parallel_embedding(ids, cast(wte_, compute), vocab_start), tp_);
   const std::int64_t t_local = x.size(1), start = tp_.sequence_parallel ? tp_.rank() * t_local : 0;
@@ -111,6 +116,8 @@ nn::ModelOutput TpGPT::forward(const Tensor& ids, const Tensor& targets,
   x = residual_dropout(x, config_.dropout, ctx, "wte+wpe", tp_);
 
   nn::ModelOutput out;
+  region.reset();
+  region.emplace(*tp_.group, "block");
   for (const auto& block : blocks_) {
     nn::FeedForwardOutput b = block->forward(x, ctx);
     x = b.y;
@@ -121,6 +128,8 @@ nn::ModelOutput TpGPT::forward(const Tensor& ids, const Tensor& targets,
     if (b.stats) out.moe.push_back(*b.stats);
   }
   // The tied head, column-parallel over the vocabulary: [B, T, C] x [C, V/t].
+  region.reset();
+  region.emplace(*tp_.group, "head");
   Tensor h = enter_tp(ln_f_->forward(x), tp_);
   out.logits = matmul(h, transpose(cast(wte_, h.dtype()), 0, 1));
   if (targets.defined()) {

@@ -2,6 +2,7 @@
 
 #include "autograd/grad_mode.hpp"
 #include "backend/backend.hpp"
+#include "comm/counting.hpp"
 #include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 #include "dp/accumulate.hpp"
@@ -113,6 +114,7 @@ train::StepResult TpTrainer::train_step() {
       },
       no_trace_);
   if (data_parallel_) data_parallel_->finish_gradient_sync();
+  comm::CountingRegion region(*tp_, "gradients"); // the SP sum and the norm (bench tp)
   all_reduce_sequence_parallel_grads(model_.sequence_parallel_parameters(), *tp_);
   if (size_of(dp_) > 1) dp::reduce_step_result(*dp_, r);
 
