@@ -8,9 +8,11 @@
 #include "commands.hpp"
 #include "dp/trainer.hpp"
 #include "io/config.hpp"
+#include "mesh/mesh.hpp"
 #include "metrics/mfu.hpp"
 #include "metrics/progress.hpp"
 #include "metrics/trace.hpp"
+#include "tp/trainer.hpp"
 #include "train/trainer.hpp"
 
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <type_traits>
 #include <unistd.h>
 
 namespace tinyscale::app {
@@ -35,6 +38,8 @@ struct TrainOptions {
   double peak_gflops = 0;
   bool list_keys = false;
   int dp = 0; // 0: one rank without the data-parallel wrapper (unless mpirun or --trace)
+  int tp = 1; // tensor-parallel ranks (chapter 05); > 1 runs tp::TpTrainer
+  bool sequence_parallel = false;
   std::string backend = "auto";
   std::int64_t bucket_kb = 256;
   bool no_overlap = false;
@@ -71,10 +76,18 @@ std::string val_line(double val_loss, std::optional<double> entropy) {
   return buf;
 }
 
-// The loop, the same for one rank and for data parallelism: `step` runs one step (collective under
-// data parallelism); only the `root` rank prints, writes metrics and saves checkpoints.
-void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::Trainer& trainer,
+std::int64_t parameter_count(const train::Trainer& t) {
+  return nn::count_elements(t.model().parameters());
+}
+std::int64_t parameter_count(const tp::TpTrainer& t) { return t.parameter_count(); }
+
+// The loop, the same for one rank, data and tensor parallelism: `step` runs one step (collective
+// under parallelism); only the `root` rank prints and writes metrics. A tensor-parallel checkpoint
+// joins the shards, so every rank takes part in saving it (and rank 0 writes it).
+template <typename TrainerT>
+void run_loop(const TrainOptions& opt, const io::RunConfig& config, TrainerT& trainer,
               const std::function<train::StepResult()>& step, bool root, int ranks) {
+  constexpr bool collective_save = std::is_same_v<TrainerT, tp::TpTrainer>;
   const train::TrainConfig& t = config.train;
   const bool resuming = opt.resume_latest || !opt.resume.empty();
   if (resuming) {
@@ -106,8 +119,8 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::Train
   const double flops = trainer.flops_per_token();
   if (root) {
     std::printf("model: %lld parameters, %d layers, d_model %lld%s | %.3g FLOPs per token\n",
-                static_cast<long long>(nn::count_elements(trainer.model().parameters())),
-                config.model.n_layer, static_cast<long long>(config.model.n_embd),
+                static_cast<long long>(parameter_count(trainer)), config.model.n_layer,
+                static_cast<long long>(config.model.n_embd),
                 config.model.moe.every > 0 ? " (MoE)" : "", flops);
     std::printf("data: %s\n", trainer.dataset().describe().c_str());
     std::printf("run: %lld steps x %lld sequences x %lld tokens\n", static_cast<long long>(t.steps),
@@ -128,6 +141,9 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::Train
     if (!root) {
       if (r.step == t.steps || (t.eval_every > 0 && r.step % t.eval_every == 0))
         trainer.evaluate(); // every rank evaluates, so no rank runs ahead of the others
+      if (collective_save && t.checkpoint_every > 0 &&
+          (r.step % t.checkpoint_every == 0 || r.step == t.steps))
+        trainer.save_checkpoint();
       continue;
     }
     const std::optional<double> mfu = metrics::mfu(flops, r.tokens_per_s, peak, ranks);
@@ -233,6 +249,30 @@ void run_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Commun
               overlap.hidden_us * 1e-3, overlap.comm_us * 1e-3, 100.0 * overlap.fraction());
 }
 
+// One rank of a tensor-parallel run (chapter 05), inside data parallelism when --dp > 1: the mesh
+// puts tp innermost (neighbouring ranks), as Megatron does.
+void run_tp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Communicator& world) {
+  const int dp = std::max(1, opt.dp);
+  TS_CHECK(world.size() == dp * opt.tp, "train: expected dp x tp = ", dp, " x ", opt.tp, " = ",
+           dp * opt.tp, " ranks, found a world of ", world.size(),
+           " (under mpirun, -np must equal --dp x --tp)");
+  TS_CHECK(opt.trace_path.empty(), "train: --trace records data-parallel runs only (chapter 04); ",
+           "leave it out with --tp");
+  mesh::Mesh mesh(world, mesh::MeshLayout(mesh::MeshShape{dp, opt.tp, 1, 1, 1}));
+  comm::Communicator* dp_group = dp > 1 ? &mesh.group(mesh::Axis::Dp) : nullptr;
+  tp::TpTrainer trainer(config, mesh.group(mesh::Axis::Tp), dp_group,
+                        tp::TpOptions{opt.sequence_parallel, -1});
+  const bool root = world.rank() == 0;
+  if (root)
+    std::printf("tensor parallel: tp %d%s x dp %d (%s) | %lld micro-batches of %lld rows per dp "
+                "rank\n",
+                opt.tp, opt.sequence_parallel ? " with sequence parallelism" : "", dp,
+                world.backend(), static_cast<long long>(config.train.micro_batches),
+                static_cast<long long>(trainer.micro_batch_rows()));
+  run_loop(
+      opt, config, trainer, [&] { return trainer.train_step(); }, root, world.size());
+}
+
 void run_train(const TrainOptions& opt) {
   if (opt.list_keys) {
     std::cout << io::describe_keys();
@@ -243,6 +283,13 @@ void run_train(const TrainOptions& opt) {
   io::RunConfig config = io::load_config(opt.config, opt.overrides);
   if (opt.peak_gflops > 0) config.train.peak_gflops = opt.peak_gflops;
   const comm::Backend backend = comm::parse_backend(opt.backend);
+  TS_CHECK(opt.tp > 1 || !opt.sequence_parallel, "train: --sp (sequence parallelism) needs ",
+           "--tp 2 or more; found --tp ", opt.tp);
+  if (opt.tp > 1) {
+    comm::run_world(backend, std::max(1, opt.dp) * opt.tp,
+                    [&](comm::Communicator& world) { run_tp_rank(opt, config, world); });
+    return;
+  }
   const bool parallel = opt.dp > 0 || !opt.trace_path.empty() ||
                         comm::resolve_backend(backend) != comm::Backend::Threads;
   if (!parallel) { // the single-rank reference of chapter 02, without any wrapper
@@ -260,7 +307,8 @@ void run_train(const TrainOptions& opt) {
 void add_train(CLI::App& app) {
   auto opt = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand(
-      "train", "Train a GPT-2 (or MoE) model on one CPU rank, or data parallel (--dp N, mpirun)");
+      "train", "Train a GPT-2 (or MoE) model on one CPU rank, data parallel (--dp N, mpirun) or "
+               "tensor parallel (--tp N [--sp])");
   cmd->add_option("--config", opt->config, "TOML run config, e.g. configs/tiny.toml");
   cmd->add_option("--set", opt->overrides,
                   "Override a config key: --set model.n_layer=4 (repeatable)");
@@ -277,6 +325,12 @@ void add_train(CLI::App& app) {
                   "Data-parallel ranks (chapter 04): N threads, or under mpirun the world size; "
                   "train.batch_size is the global batch and must divide by N x micro_batches")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--tp", opt->tp,
+                  "Tensor-parallel ranks (chapter 05): the model's heads, MLP and vocabulary split "
+                  "over N ranks; with --dp the world is dp x tp (tp innermost)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_flag("--sp", opt->sequence_parallel,
+                "Sequence parallelism with --tp: LayerNorm and dropout on sequence shards");
   cmd->add_option("--backend", opt->backend,
                   "Where data-parallel ranks run: auto (mpi under mpirun, else threads), threads, "
                   "mpi")

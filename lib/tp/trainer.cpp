@@ -8,6 +8,7 @@
 #include "dp/accumulate.hpp"
 #include "dp/trainer.hpp"
 #include "io/checkpoint.hpp"
+#include "metrics/flops.hpp"
 #include "ops/ops.hpp"
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"
@@ -41,8 +42,8 @@ TpContext context(comm::Communicator& tp, const TpOptions& options) {
   return TpContext{&tp, options.sequence_parallel, options.identity_g_layer};
 }
 
-const nn::ParameterList& placed(const nn::ParameterList& params, const io::RunConfig& config) {
-  nn::to_device(params, train::parse_device(config.train.device));
+const nn::ParameterList& placed(const nn::ParameterList& params, Device device) {
+  nn::to_device(params, device);
   return params;
 }
 
@@ -81,7 +82,9 @@ TpTrainer::TpTrainer(io::RunConfig config, comm::Communicator& tp, comm::Communi
     : config_(checked(config, tp, dp, options)), tp_(&tp), dp_(dp), options_(options),
       data_(data::TokenDataset::open(config.data, config.model.vocab_size)),
       model_(config.model, config.train.seed, context(tp, options)),
-      optimizer_(placed(model_.parameters(), config_), config.optim) {
+      optimizer_(placed(model_.parameters(), train::parse_device(config.train.device)),
+                 config.optim),
+      device_(train::parse_device(config.train.device)) {
   rows_ = config_.train.batch_size / (size_of(dp) * config_.train.micro_batches);
   if (size_of(dp) > 1)
     data_parallel_ = std::make_unique<dp::DataParallel>(model_.parameters(), *dp);
@@ -92,7 +95,7 @@ TpTrainer::~TpTrainer() = default;
 train::StepResult TpTrainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
   const train::TrainConfig& t = config_.train;
-  const Device device = train::parse_device(t.device);
+  const Device device = device_;
   const std::int64_t k = t.micro_batches, dp_rank = dp_ != nullptr ? dp_->rank() : 0;
   const std::int64_t global_tokens = t.batch_size * t.seq_len, tokens = rows_ * t.seq_len;
   train::StepResult r;
@@ -134,13 +137,24 @@ train::StepResult TpTrainer::train_step() {
 double TpTrainer::evaluate() const {
   NoGradGuard no_grad;
   const train::TrainConfig& t = config_.train;
-  const Device device = train::parse_device(t.device);
+  const Device device = device_;
   double total = 0;
   for (std::int64_t j = 0; j < t.eval_batches; ++j) {
     data::Batch b = data_.batch(data::Split::Val, j, t.batch_size, t.seq_len);
     total += model_.forward(b.inputs.to(device), b.targets.to(device), {}).lm_loss.item();
   }
   return total / static_cast<double>(t.eval_batches);
+}
+
+double TpTrainer::flops_per_token() const {
+  return metrics::model_flops(config_.model, config_.train.seq_len).train_per_token;
+}
+
+std::int64_t TpTrainer::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& p : model_.parameters())
+    n += p.tensor.numel() * (shard_spec(p.name).replicated() ? 1 : tp_->size());
+  return n;
 }
 
 std::string TpTrainer::save_checkpoint() const {

@@ -53,6 +53,12 @@ public:
   void resume(const std::string& path);
 
   std::int64_t step() const { return step_; }
+  /// Where the shards live (train.device).
+  Device device() const { return device_; }
+  /// Model FLOPs per trained token of the whole model (PaLM; metrics/flops.hpp).
+  double flops_per_token() const;
+  /// Elements of the whole model (every shard of a split parameter counted once per rank).
+  std::int64_t parameter_count() const;
   const io::RunConfig& config() const { return config_; }
   const TpGPT& model() const { return model_; }
   const optim::AdamW& optimizer() const { return optimizer_; }
@@ -68,6 +74,7 @@ private:
   data::TokenDataset data_;
   TpGPT model_;
   optim::AdamW optimizer_;
+  Device device_;
   std::unique_ptr<dp::DataParallel> data_parallel_;
   metrics::TraceRecorder no_trace_;
   std::int64_t rows_ = 0;

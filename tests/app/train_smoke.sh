@@ -44,6 +44,22 @@ awk -v a="$(losses "$work/full.jsonl")" -v b="$(losses "$work/dp.jsonl")" 'BEGIN
 grep -q "rank 1" "$work/trace.txt" || fail "tinyscale trace drew no row for rank 1"
 grep -q "^overlap:" "$work/trace.txt" || fail "tinyscale trace printed no overlap line"
 
+# tensor parallel on 2 thread ranks with sequence parallelism: same losses (rel 1e-4: tp changes
+# the order of the sums inside every matmul), and its checkpoint resumes on one rank
+"$bin" train "${common[@]}" --set "train.checkpoint_dir=\"$work/ckpt_tp\"" --tp 2 --sp \
+  --metrics "$work/tp.jsonl" > "$work/tp.txt"
+grep -q "tensor parallel: tp 2 with sequence parallelism x dp 1 (threads)" "$work/tp.txt" ||
+  fail "--tp 2 --sp did not say so"
+awk -v a="$(losses "$work/full.jsonl")" -v b="$(losses "$work/tp.jsonl")" 'BEGIN {
+  n = split(a, x, " "); m = split(b, y, " "); if (n != 6 || m != 6) exit 1
+  for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-4 * x[i]) exit 1 } }' ||
+  fail "tensor-parallel losses ($(losses "$work/tp.jsonl")) differ from one rank's ($(losses "$work/full.jsonl"))"
+"$bin" train "${common[@]}" --set "train.checkpoint_dir=\"$work/ckpt_tp\"" \
+  --resume "$work/ckpt_tp/step_00000003" > "$work/tp_resumed.txt" ||
+  fail "one rank could not resume the tp = 2 checkpoint"
+if "$bin" train "${common[@]}" --tp 3 2> "$work/tp_err.txt"; then fail "--tp 3 was accepted"; fi
+grep -q "model.n_head (.*) divisible by tp = 3" "$work/tp_err.txt" || fail "--tp 3: no clear error"
+
 "$bin" export-hf "$work/hf" --checkpoint "$work/ckpt" > /dev/null
 [ -s "$work/hf/config.json" ] && [ -s "$work/hf/model.safetensors" ] || fail "export-hf wrote nothing"
 grep -q '"model_type": *"gpt2"' "$work/hf/config.json" || fail "config.json is not GPT-2's"
@@ -52,4 +68,4 @@ if "$bin" train --config "$src/configs/tiny.toml" --set model.n_embed=32 2> "$wo
   fail "a misspelt key was accepted"
 fi
 grep -q "did you mean 'model.n_embd'" "$work/err.txt" || fail "no suggestion for a misspelt key"
-echo "train_smoke: train, metrics, resume, data parallel with a trace, export-hf and config errors behave"
+echo "train_smoke: train, metrics, resume, data parallel with a trace, tensor parallel, export-hf and config errors behave"
