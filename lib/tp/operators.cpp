@@ -44,29 +44,32 @@ Tensor shard_dim1(comm::Communicator& tp, const Tensor& x) {
 // Every operator captures the counting region of its forward, so that a CountingCommunicator
 // counts the backward's collective under the same region (comm/counting.hpp).
 
-// EXERCISE 5.1 begin: Megatron's f and g as autograd ops
 Tensor copy_to_tp(const Tensor& x, comm::Communicator& tp) {
-  return custom_function(
-      "tp.f", {x}, [](const std::vector<Tensor>& in) { return in[0]; },
-      [&tp, region = comm::counting_region(tp)](const Tensor& grad) {
-        comm::CountingRegion scope(tp, region);
-        Tensor sum = grad.clone();
-        comm::all_reduce(tp, sum);
-        return autograd::Grads{sum};
-      });
+  auto forward = [](const std::vector<Tensor>& in) { return in[0]; };
+  auto backward = [&tp, region = comm::counting_region(tp)](const Tensor& grad) {
+    comm::CountingRegion scope(tp, region);
+    Tensor sum;
+    // EXERCISE 5.1 begin: f's backward and g's forward (Megatron's conjugate operators)
+    sum = grad.clone(); // every rank's part of the input gradient, summed over the group
+    comm::all_reduce(tp, sum);
+    // EXERCISE 5.1 end
+    return autograd::Grads{sum};
+  };
+  return custom_function("tp.f", {x}, forward, backward);
 }
 
 Tensor reduce_from_tp(const Tensor& x, comm::Communicator& tp) {
-  return custom_function(
-      "tp.g", {x},
-      [&tp](const std::vector<Tensor>& in) {
-        Tensor sum = in[0].clone();
-        comm::all_reduce(tp, sum);
-        return sum;
-      },
-      [](const Tensor& grad) { return autograd::Grads{grad}; });
+  auto forward = [&tp](const std::vector<Tensor>& in) {
+    Tensor sum;
+    // EXERCISE 5.1 begin: f's backward and g's forward (Megatron's conjugate operators)
+    sum = in[0].clone(); // the ranks' partial sums, added
+    comm::all_reduce(tp, sum);
+    // EXERCISE 5.1 end
+    return sum;
+  };
+  auto backward = [](const Tensor& grad) { return autograd::Grads{grad}; };
+  return custom_function("tp.g", {x}, forward, backward);
 }
-// EXERCISE 5.1 end
 
 Tensor gather_from_sequence(const Tensor& x, comm::Communicator& tp) {
   return custom_function(

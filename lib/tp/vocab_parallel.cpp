@@ -89,7 +89,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
     // The target logit: picked on the rank that holds it, zero elsewhere, summed over ranks.
     Tensor picked = gather_rows(reshape(z, {n * v, 1}), flat_ids) * inside; // [n, 1]
     comm::all_reduce(tp, picked);
-    Tensor losses = reshape(lse - picked, {n}) * weight;
+    losses = reshape(lse - picked, {n}) * weight;
     // EXERCISE 5.2 end
     loss = sum(losses) / static_cast<double>(std::max<std::int64_t>(count, 1));
   }
