@@ -77,6 +77,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
   Tensor lse, loss;                                        // lse [n, 1]: saved for backward
   {
     NoGradGuard no_grad;
+    Tensor losses; // [n]: each counted token's loss, 0 for ignored ones
     // EXERCISE 5.2 begin: vocab-parallel cross-entropy, forward
     // Each rank's logsumexp over its slice, combined over ranks without gathering the logits:
     // lse = m + log(sum_r exp(lse_r - m)) with m the largest lse_r (all-reduce max, then sum).
