@@ -152,7 +152,9 @@ TEST_CASE("The sequence-parallel gradient sum adds every rank's gradient of each
       Tensor p = Tensor::zeros(shape, DType::Float64);
       p.set_requires_grad();
       p.set_grad(rank_input(tp.rank() + i, shape).detach());
-      params.push_back({"p" + std::to_string(i), p, false});
+      std::string name = "p"; // (built with +=: g++ 12 warns about "p" + to_string, -Wrestrict)
+      name += std::to_string(i);
+      params.push_back({name, p, false});
     }
     tp::all_reduce_sequence_parallel_grads(params, tp);
     for (int i = 0; i < 3; ++i) {
