@@ -18,6 +18,9 @@ void add_info(CLI::App& app);
 void add_bench_train(CLI::App& bench);
 /// Adds `bench dp`: data-parallel tokens/s, scaling efficiency and overlap per strategy.
 void add_bench_dp(CLI::App& bench);
+/// Adds `bench tp`: tensor-parallel step time, block traffic against the formula and measured
+/// activation memory, with and without sequence parallelism.
+void add_bench_tp(CLI::App& bench);
 /// Adds `train`: the single-rank training run.
 void add_train(CLI::App& app);
 /// Adds `export-hf`: a checkpoint as a Hugging Face GPT-2 model.

@@ -1,0 +1,96 @@
+#include "tp/vocab_parallel.hpp"
+
+#include "autograd/grad_mode.hpp"
+#include "autograd/record.hpp"
+#include "comm/tensor_comm.hpp"
+#include "core/error.hpp"
+#include "ops/ops.hpp"
+
+#include <vector>
+
+namespace tinyscale::tp {
+
+namespace {
+/// Where each id falls in this rank's shard: the row within the shard (0 when outside) and 1 or 0.
+struct LocalRows {
+  std::vector<std::int64_t> row;
+  std::vector<double> inside;
+};
+
+LocalRows local_rows(const Tensor& ids, std::int64_t start, std::int64_t rows,
+                     std::int64_t ignore_index) {
+  TS_CHECK(ids.dtype() == DType::Int64, "tp: expected int64 token ids, found ",
+           dtype_name(ids.dtype()));
+  LocalRows r;
+  for (double v : ids.to_vector()) {
+    const auto id = static_cast<std::int64_t>(v);
+    const bool in = id != ignore_index && id >= start && id < start + rows;
+    r.row.push_back(in ? id - start : 0);
+    r.inside.push_back(in ? 1.0 : 0.0);
+  }
+  return r;
+}
+} // namespace
+
+Tensor vocab_parallel_embedding(const Tensor& ids, const Tensor& table_shard,
+                                std::int64_t vocab_start) {
+  TS_CHECK(table_shard.rank() == 2, "tp::vocab_parallel_embedding: expected a table shard ",
+           "[V/t, C], found ", table_shard.shape().str());
+  const LocalRows local = local_rows(ids, vocab_start, table_shard.size(0), -1);
+  std::vector<std::int64_t> mask_shape = ids.shape().dims();
+  mask_shape.push_back(1);
+  const Device device = table_shard.device();
+  Tensor local_ids = Tensor::from_ids(local.row, ids.shape()).to(device);
+  Tensor mask =
+      Tensor::from_vector(local.inside, Shape(mask_shape), table_shard.dtype()).to(device);
+  return embedding(local_ids, table_shard) * mask; // [..., C], zero rows outside the shard
+}
+
+Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& targets,
+                                    std::int64_t vocab_start, comm::Communicator& tp,
+                                    std::int64_t ignore_index) {
+  TS_CHECK(logits_shard.rank() == targets.rank() + 1,
+           "tp::vocab_parallel_cross_entropy: expected logits [..., V/t] for targets [...], ",
+           "found ", logits_shard.shape().str(), " for ", targets.shape().str());
+  const std::int64_t n = targets.numel(), v = logits_shard.size(logits_shard.rank() - 1);
+  const Device device = logits_shard.device();
+  const DType dtype = logits_shard.dtype();
+  const LocalRows local = local_rows(targets, vocab_start, v, ignore_index);
+  // Flat index of each token's target logit in the [n * V/t] shard (0 and masked when elsewhere).
+  std::vector<std::int64_t> flat(static_cast<std::size_t>(n));
+  std::vector<double> counted(static_cast<std::size_t>(n));
+  std::int64_t count = 0;
+  const std::vector<double> target_values = targets.to_vector();
+  for (std::int64_t i = 0; i < n; ++i) {
+    flat[static_cast<std::size_t>(i)] = i * v + local.row[static_cast<std::size_t>(i)];
+    const bool ignored =
+        static_cast<std::int64_t>(target_values[static_cast<std::size_t>(i)]) == ignore_index;
+    counted[static_cast<std::size_t>(i)] = ignored ? 0.0 : 1.0;
+    count += ignored ? 0 : 1;
+  }
+  const Tensor flat_ids = Tensor::from_ids(flat, Shape({n})).to(device);
+  const Tensor inside = Tensor::from_vector(local.inside, Shape({n, 1}), dtype).to(device);
+  const Tensor weight = Tensor::from_vector(counted, Shape({n}), dtype).to(device);
+  const Shape logits_shape = logits_shard.shape();
+
+  const Tensor z = reshape(logits_shard.detach(), {n, v}); // no graph: the backward is below
+  Tensor lse, loss;                                        // lse [n, 1]: saved for backward
+  {
+    NoGradGuard no_grad;
+    Tensor losses; // [n]: each counted token's loss, 0 for ignored ones
+    // EXERCISE 5.2 begin: vocab-parallel cross-entropy, forward
+    ::tinyscale::exercise_not_done("5.2", "ex05", __FILE__);
+    // EXERCISE 5.2 end
+    loss = sum(losses) / static_cast<double>(std::max<std::int64_t>(count, 1));
+  }
+  // The gradient of the mean loss: (softmax - one_hot) / count on counted rows, all local.
+  auto backward = [=](const Tensor& grad) {
+    const double scale = grad.item() / static_cast<double>(std::max<std::int64_t>(count, 1));
+    Tensor one_hot = reshape(scatter_add_rows(inside, flat_ids, n * v), {n, v});
+    Tensor g = (exp(z - lse) - one_hot) * reshape(weight, {n, 1}) * scale;
+    return autograd::Grads{reshape(g, logits_shape.dims())};
+  };
+  return record_op("tp.vocab_parallel_cross_entropy", loss, {logits_shard}, backward);
+}
+
+} // namespace tinyscale::tp

@@ -1,0 +1,57 @@
+#include "metrics/memory.hpp"
+
+#include <atomic>
+
+namespace tinyscale::metrics {
+
+namespace detail {
+struct MemoryState {
+  std::atomic<std::int64_t> live{0};
+  std::atomic<std::int64_t> peak{0};
+
+  void add(std::int64_t bytes) {
+    const std::int64_t now = live.fetch_add(bytes) + bytes;
+    std::int64_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+  }
+};
+} // namespace detail
+
+namespace {
+// The counter this thread's allocations count into (nullptr: none). A raw pointer: the scope
+// that set it holds the state alive until it restores the previous one.
+thread_local detail::MemoryState* active = nullptr;
+// Keeps the active state alive for the scope (the raw pointer above is only its fast copy).
+thread_local std::shared_ptr<detail::MemoryState> active_owner;
+} // namespace
+
+MemoryCounter::MemoryCounter() : state_(std::make_shared<detail::MemoryState>()) {}
+
+std::int64_t MemoryCounter::live_bytes() const { return state_->live.load(); }
+
+std::int64_t MemoryCounter::peak_bytes() const { return state_->peak.load(); }
+
+void MemoryCounter::reset_peak() { state_->peak.store(state_->live.load()); }
+
+CountAllocations::CountAllocations(MemoryCounter& counter) : previous_(active_owner) {
+  active_owner = counter.state_;
+  active = active_owner.get();
+}
+
+CountAllocations::~CountAllocations() {
+  active_owner = previous_;
+  active = active_owner.get();
+}
+
+std::shared_ptr<void> counted_buffer(void* buffer, std::size_t bytes, void (*release)(void*)) {
+  if (active == nullptr) return std::shared_ptr<void>(buffer, release);
+  const auto n = static_cast<std::int64_t>(bytes);
+  active->add(n);
+  return std::shared_ptr<void>(buffer, [release, n, state = active_owner](void* p) {
+    state->live.fetch_sub(n);
+    release(p);
+  });
+}
+
+} // namespace tinyscale::metrics

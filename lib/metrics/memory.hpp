@@ -1,0 +1,54 @@
+// Measured memory (chapter 05): a per-thread allocation counter for the CPU backend. While a
+// CountAllocations scope lives on a thread, every buffer the CPU backend allocates on that thread
+// adds its bytes to the scope's MemoryCounter, and subtracts them again when it is freed, on any
+// thread and at any time (the buffer's deleter keeps the counter's state alive). Each rank of the
+// threads backend is its own thread, so a counter per rank gives per-rank numbers; `bench tp`
+// measures activation memory this way rather than from a formula.
+// The easy thing to get wrong: only allocations made inside the scope count, so live_bytes() is
+// what the scope's work still holds, not the process's footprint; GPU buffers are not counted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace tinyscale::metrics {
+
+namespace detail {
+struct MemoryState;
+} // namespace detail
+
+/// Live and peak bytes of the buffers allocated under its CountAllocations scopes.
+class MemoryCounter {
+public:
+  MemoryCounter();
+  /// Bytes allocated under a scope of this counter and not freed yet.
+  std::int64_t live_bytes() const;
+  /// The highest live_bytes() since construction or the last reset_peak().
+  std::int64_t peak_bytes() const;
+  /// Sets the peak to the current live bytes.
+  void reset_peak();
+
+private:
+  friend class CountAllocations;
+  std::shared_ptr<detail::MemoryState> state_;
+};
+
+/// Makes the CPU backend's allocations on the calling thread count into `counter` while it lives.
+/// Scopes nest: the innermost one counts, and the previous one counts again when it ends.
+class CountAllocations {
+public:
+  explicit CountAllocations(MemoryCounter& counter);
+  ~CountAllocations();
+  CountAllocations(const CountAllocations&) = delete;
+  CountAllocations& operator=(const CountAllocations&) = delete;
+
+private:
+  std::shared_ptr<detail::MemoryState> previous_;
+};
+
+/// For backends: owns `buffer` of `bytes` bytes, freed by `release`, and counts it into the
+/// calling thread's active counter, if any (without a scope it costs one thread-local read).
+std::shared_ptr<void> counted_buffer(void* buffer, std::size_t bytes, void (*release)(void*));
+
+} // namespace tinyscale::metrics
