@@ -9,6 +9,7 @@
 #include "tp_equivalence.hpp"
 
 #include "autograd/engine.hpp"
+#include "comm/counting.hpp"
 #include "comm/launch.hpp"
 #include "tp/gradients.hpp"
 #include "tp/operators.hpp"
@@ -48,7 +49,7 @@ void expect(const Tensor& t, const std::vector<double>& want, const std::string&
 
 } // namespace
 
-TEST_CASE("f is the identity forward and sums the gradients backward; g sums forward and passes "
+TEST_CASE("f is the identity forward and sums the gradients backward, g sums forward and passes "
           "the gradient through unchanged",
           "[parallel][tp][ex5.1]") {
   const int n = 2;
@@ -170,7 +171,7 @@ TEST_CASE("The sequence-parallel gradient sum adds every rank's gradient of each
 }
 
 TEST_CASE("A tensor-parallel run's checkpoint loads into one rank and one rank's into tp = 2 with "
-          "SP; both continue like the run that never changed layout (fp32, rel 1e-5)",
+          "SP, and both continue like the run that never changed layout (fp32, rel 1e-5)",
           "[parallel][tp]") {
   testing::ScratchDir dir;
   io::RunConfig config = tp_run_config(1, 2, 1, false);
@@ -248,4 +249,35 @@ TEST_CASE("A layout that does not divide the model is refused before any work, n
   io::RunConfig seq = config;
   seq.train.seq_len = 15;
   refused(seq, 2, true, "train.seq_len (15)");
+}
+
+TEST_CASE("The counting communicator counts payload and ring wire bytes per region and operation, "
+          "and forwards every call",
+          "[parallel][tp]") {
+  std::vector<comm::CommCounts> counts(2);
+  REQUIRE_NOTHROW(comm::run_threads(2, [&](comm::Communicator& world) {
+    comm::CountingCommunicator counting(world);
+    std::vector<float> a(8, 1.0f), b(8);
+    counting.all_reduce(a.data(), b.data(), 8, DType::Float32, comm::ReduceOp::Sum);
+    TS_CHECK(b[0] == 2.0f, "the all-reduce was not forwarded: ", b[0]);
+    {
+      comm::CountingRegion region(counting, "block");
+      counting.reduce_scatter(a.data(), b.data(), 4, DType::Float32, comm::ReduceOp::Sum);
+      counting.all_gather(a.data(), b.data(), 4, DType::Float32);
+    }
+    TS_CHECK(counting.region() == "other", "the region was not restored");
+    counts[static_cast<std::size_t>(world.rank())] = counting.counts();
+  }));
+  for (const comm::CommCounts& c : counts) {
+    const comm::CommCount ar = c.at({"other", "all_reduce"}),
+                          rs = c.at({"block", "reduce_scatter"}),
+                          ag = c.at({"block", "all_gather"});
+    CHECK(ar.calls == 1);
+    CHECK(ar.payload_bytes == 32);
+    CHECK(ar.wire_bytes == 32.0); // 2 (N-1)/N x 32 bytes with N = 2
+    CHECK(rs.payload_bytes == 32);
+    CHECK(rs.wire_bytes == 16.0); // (N-1)/N of the full buffer
+    CHECK(ag.payload_bytes == 32);
+    CHECK(ag.wire_bytes == 16.0);
+  }
 }
