@@ -26,7 +26,7 @@ TEST_CASE("Tensor parallelism cuts each GPT-2 parameter by its name", "[unit][tp
   CHECK(tp::shard_spec("ln_f.bias").replicated());
 }
 
-TEST_CASE("c_attn's shard holds the same heads of q, k and v; joining the shards gives the "
+TEST_CASE("c_attn's shard holds the same heads of q, k and v, and joining the shards gives the "
           "tensor back",
           "[unit][tp]") {
   // c_attn [C = 2, 3C = 12] with column j holding the value j: q = 0..3, k = 4..7, v = 8..11.
