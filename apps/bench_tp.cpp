@@ -6,13 +6,13 @@
 // The easy thing to get wrong: sequence parallelism moves twice the payload of plain TP (two
 // all-gathers and two reduce-scatters of full buffers where TP had two all-reduces, each way) yet
 // puts the same bytes on the wire, since a ring all-reduce is a reduce-scatter plus an all-gather.
+#include "backend/memory_counter.hpp"
 #include "comm/counting.hpp"
 #include "comm/launch.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "io/config.hpp"
 #include "median.hpp"
-#include "metrics/memory.hpp"
 #include "metrics/peak.hpp"
 #include "tp/model.hpp"
 #include "tp/trainer.hpp"
@@ -112,8 +112,8 @@ std::int64_t activation_bytes(const tp::TpTrainer& trainer) {
   data::Batch b =
       trainer.dataset().batch(data::Split::Train, trainer.step(), t.batch_size, t.seq_len, 0, rows);
   const Tensor inputs = b.inputs.to(trainer.device()), targets = b.targets.to(trainer.device());
-  metrics::MemoryCounter counter;
-  metrics::CountAllocations scope(counter);
+  MemoryCounter counter;
+  CountAllocations scope(counter);
   const std::int64_t before = counter.live_bytes();
   nn::ModelOutput out =
       trainer.model().forward(inputs, targets, nn::ForwardContext{true, t.seed, trainer.step(), 0});

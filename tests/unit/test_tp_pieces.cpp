@@ -1,7 +1,7 @@
 // Chapter 05's single-rank pieces: how tensor parallelism cuts each parameter by name (c_attn in
 // three blocks, one per q, k, v), cutting and joining as inverses, and the per-thread allocation
 // counter behind `tinyscale bench tp`'s activation bytes.
-#include "metrics/memory.hpp"
+#include "backend/memory_counter.hpp"
 #include "tp/sharding.hpp"
 
 #include <catch2/catch.hpp>
@@ -49,11 +49,11 @@ TEST_CASE("c_attn's shard holds the same heads of q, k and v, and joining the sh
 TEST_CASE("The allocation counter sees the buffers allocated on its thread inside its scope, "
           "until they are freed",
           "[unit][tp]") {
-  metrics::MemoryCounter counter;
+  MemoryCounter counter;
   Tensor outside = Tensor::zeros(Shape({100}));
   Tensor kept;
   {
-    metrics::CountAllocations scope(counter);
+    CountAllocations scope(counter);
     kept = Tensor::zeros(Shape({1000}));                 // 4000 bytes, kept
     { Tensor temporary = Tensor::zeros(Shape({2000})); } // 8000 bytes, freed at once
     std::thread([] { Tensor other = Tensor::zeros(Shape({5000})); }).join(); // another thread

@@ -1,6 +1,6 @@
 // CPU backend, part 1: memory, elementwise ops with broadcasting, reductions and layout copies.
 #include "backend/cpu/cpu_backend.hpp"
-#include "metrics/memory.hpp"
+#include "backend/memory_counter.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -98,8 +98,8 @@ std::shared_ptr<void> CpuBackend::allocate(std::size_t bytes) {
   void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   TS_CHECK(p != nullptr, "cpu allocate: expected ", bytes, " bytes of host memory, found the ",
            "allocation refused; reduce the batch or model size");
-  // Counted only inside a metrics::CountAllocations scope (bench tp's activation memory).
-  return metrics::counted_buffer(p, bytes, [](void* q) { std::free(q); });
+  // Counted only inside a CountAllocations scope (bench tp's activation memory).
+  return counted_buffer(p, bytes, [](void* q) { std::free(q); });
 }
 
 void CpuBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) {

@@ -1,4 +1,5 @@
-// Measured memory (chapter 05): a per-thread allocation counter for the CPU backend. While a
+// Measured memory (chapter 05): a per-thread allocation counter for the CPU backend (a backend
+// concern, so the backend needs nothing above it; metrics and `bench tp` read it). While a
 // CountAllocations scope lives on a thread, every buffer the CPU backend allocates on that thread
 // adds its bytes to the scope's MemoryCounter, and subtracts them again when it is freed, on any
 // thread and at any time (the buffer's deleter keeps the counter's state alive). Each rank of the
@@ -12,7 +13,7 @@
 #include <cstdint>
 #include <memory>
 
-namespace tinyscale::metrics {
+namespace tinyscale {
 
 namespace detail {
 struct MemoryState;
@@ -51,4 +52,4 @@ private:
 /// calling thread's active counter, if any (without a scope it costs one thread-local read).
 std::shared_ptr<void> counted_buffer(void* buffer, std::size_t bytes, void (*release)(void*));
 
-} // namespace tinyscale::metrics
+} // namespace tinyscale

@@ -1,8 +1,8 @@
-#include "metrics/memory.hpp"
+#include "backend/memory_counter.hpp"
 
 #include <atomic>
 
-namespace tinyscale::metrics {
+namespace tinyscale {
 
 namespace detail {
 struct MemoryState {
@@ -54,4 +54,4 @@ std::shared_ptr<void> counted_buffer(void* buffer, std::size_t bytes, void (*rel
   });
 }
 
-} // namespace tinyscale::metrics
+} // namespace tinyscale
