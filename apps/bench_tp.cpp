@@ -89,7 +89,8 @@ std::int64_t payload_formula(const Sizes& z, bool sp) {
   return (sp ? 8 : 4) * z.b * z.s * z.h * z.element_bytes * z.micro_batches;
 }
 
-/// 8·b·s·h·(t-1)/t elements per layer per micro-batch and rank, with or without SP.
+/// Wire bytes per layer, per step and rank, with or without SP: 8·b·s·h·(t-1)/t elements per
+/// micro-batch (THEORY.md sec. 4), times the element size and the micro-batches.
 double wire_formula(const Sizes& z, int t) {
   return 8.0 * static_cast<double>(z.b * z.s * z.h * z.element_bytes * z.micro_batches) * (t - 1) /
          t;
@@ -278,6 +279,7 @@ void write_json(const std::string& path, const std::string& command, const std::
          {"backend", backend},
          {"n_layer", z.n_layer},
          {"b", z.b},
+         {"micro_batches", z.micro_batches},
          {"s", z.s},
          {"h", z.h}});
   std::ofstream file(path);

@@ -252,10 +252,12 @@ void run_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Commun
 // One rank of a tensor-parallel run (chapter 05), inside data parallelism when --dp > 1: the mesh
 // puts tp innermost (neighbouring ranks), as Megatron does.
 void run_tp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Communicator& world) {
-  const int dp = std::max(1, opt.dp);
+  // Without --dp, the world decides (on threads it is tp; under mpirun -np, np / tp).
+  const int dp = opt.dp > 0 ? opt.dp : std::max(1, world.size() / opt.tp);
   TS_CHECK(world.size() == dp * opt.tp, "train: expected dp x tp = ", dp, " x ", opt.tp, " = ",
            dp * opt.tp, " ranks, found a world of ", world.size(),
-           " (under mpirun, -np must equal --dp x --tp)");
+           " (under mpirun, -np must be a multiple of --tp, and equal --dp x --tp when --dp is "
+           "given)");
   TS_CHECK(opt.trace_path.empty(), "train: --trace records data-parallel runs only (chapter 04); ",
            "leave it out with --tp");
   mesh::Mesh mesh(world, mesh::MeshLayout(mesh::MeshShape{dp, opt.tp, 1, 1, 1}));
@@ -322,8 +324,9 @@ void add_train(CLI::App& app) {
                   "Peak GF/s of this device for MFU (default: the cached `tinyscale bench peak`)");
   cmd->add_flag("--list-keys", opt->list_keys, "List every config key with its default and exit");
   cmd->add_option("--dp", opt->dp,
-                  "Data-parallel ranks (chapter 04): N threads, or under mpirun the world size; "
-                  "train.batch_size is the global batch and must divide by N x micro_batches")
+                  "Data-parallel ranks (chapter 04): N threads, or under mpirun the world size "
+                  "(divided by --tp); train.batch_size is the global batch and must divide by "
+                  "N x micro_batches")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--tp", opt->tp,
                   "Tensor-parallel ranks (chapter 05): the model's heads, MLP and vocabulary split "
@@ -332,8 +335,8 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--sp", opt->sequence_parallel,
                 "Sequence parallelism with --tp: LayerNorm and dropout on sequence shards");
   cmd->add_option("--backend", opt->backend,
-                  "Where data-parallel ranks run: auto (mpi under mpirun, else threads), threads, "
-                  "mpi")
+                  "Where the ranks (--dp, --tp) run: auto (mpi under mpirun, else threads), "
+                  "threads, mpi")
       ->capture_default_str();
   cmd->add_option("--bucket-kb", opt->bucket_kb,
                   "Gradient bucket size in KiB (1 KiB or less: about one bucket per parameter)")

@@ -30,6 +30,14 @@ inline io::RunConfig tp_run_config(int dp, int b, int k, bool moe, DType dtype =
   return c;
 }
 
+/// Records the whole model: every parameter's shards joined over `tp` (collective).
+inline void record_joined_params(RunRecord& r, comm::Communicator& tp,
+                                 const nn::ParameterList& params) {
+  for (const auto& p : params)
+    r.params.emplace_back(p.name,
+                          tp::gather_full(tp, p.tensor, tp::shard_spec(p.name)).to_vector());
+}
+
 /// This rank's side of the tensor-parallel run: every rank ends with the whole model's record
 /// (the shards joined over `tp`).
 inline RunRecord tp_run(comm::Communicator& tp, comm::Communicator* dp, const io::RunConfig& config,
@@ -41,18 +49,7 @@ inline RunRecord tp_run(comm::Communicator& tp, comm::Communicator* dp, const io
     r.losses.push_back(step.loss);
     r.grad_norms.push_back(step.grad_norm);
   }
-  for (const auto& p : trainer.model().parameters()) {
-    const tp::ShardSpec spec = tp::shard_spec(p.name);
-    Tensor full = p.tensor;
-    if (!spec.replicated() && tp.size() > 1) {
-      Tensor rows = comm::all_gather(tp, reshape(p.tensor.detach(), {1, -1}));
-      std::vector<Tensor> shards;
-      for (int i = 0; i < tp.size(); ++i)
-        shards.push_back(reshape(slice(rows, 0, i, i + 1), p.tensor.shape().dims()));
-      full = tp::join_shards(shards, spec);
-    }
-    r.params.emplace_back(p.name, full.to_vector());
-  }
+  record_joined_params(r, tp, trainer.model().parameters());
   return r;
 }
 

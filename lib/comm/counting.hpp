@@ -42,6 +42,7 @@ public:
   const CommCounts& counts() const { return counts_; }
   /// The sum of the counts of every region for which `region_filter` is empty or equal.
   CommCount total(const std::string& region_filter = "") const;
+  /// Forgets every count (the region stays).
   void reset() { counts_.clear(); }
   /// The region the next calls are counted under.
   const std::string& region() const { return region_; }

@@ -5,6 +5,9 @@
 // rank on the same tokens, so its gradient is already whole; only the experts' inputs go through
 // f, and the experts' partial outputs are reduced before their biases and gates are applied, so
 // the gates' gradients are whole too and every replicated parameter gets the same gradient.
+// What this relies on: every rank routes bitwise-equal tokens (the ring collectives return the
+// same bits on every rank), so the ranks drop the same tokens and their g over the kept rows has
+// the same size; the threads backend checks sizes on every collective and would say so.
 #pragma once
 
 #include "moe/router.hpp"
@@ -22,6 +25,7 @@ public:
               const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp);
   /// x [B, T, C] (or [B, T/t, C]) -> the same layout.
   Tensor forward(const Tensor& x, const nn::ForwardContext& ctx) const;
+  /// The output projection (the model lists its bias among the sequence-parallel parameters).
   const RowParallelLinear& c_proj() const { return c_proj_; }
 
 private:
@@ -40,6 +44,7 @@ public:
   TpMlp(nn::ParameterList& params, const std::string& name, const nn::ModelConfig& config,
         std::uint64_t seed, const TpContext& tp);
   nn::FeedForwardOutput forward(const Tensor& x, const nn::ForwardContext& ctx) const override;
+  /// The output projection (the model lists its bias among the sequence-parallel parameters).
   const RowParallelLinear& c_proj() const { return c_proj_; }
 
 private:

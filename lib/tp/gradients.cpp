@@ -38,10 +38,12 @@ double global_grad_norm(const nn::ParameterList& params, comm::Communicator& tp)
   for (const auto& p : params)
     (shard_spec(p.name).replicated() ? replicated : sharded).push_back(p);
   const double shard_norm = optim::global_grad_norm(sharded);
-  double squares = shard_norm * shard_norm;
-  tp.all_reduce(&squares, &squares, 1, DType::Float64, comm::ReduceOp::Sum);
+  // A tensor (not a host double), so an nccl group gets a device buffer as it requires.
+  const Device device = params.empty() ? Device::cpu() : params.front().tensor.device();
+  Tensor squares = Tensor::full(Shape{1}, shard_norm * shard_norm, DType::Float64, device);
+  comm::all_reduce(tp, squares);
   const double replicated_norm = optim::global_grad_norm(replicated);
-  return std::sqrt(squares + replicated_norm * replicated_norm);
+  return std::sqrt(squares.item() + replicated_norm * replicated_norm);
 }
 
 } // namespace tinyscale::tp

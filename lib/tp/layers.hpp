@@ -21,8 +21,10 @@ struct TpContext {
   bool sequence_parallel = false;      ///< LayerNorm and dropout on [B, T/t, C] shards
   /// For tests only: the attention exit of this layer is the identity instead of g (-1: none),
   /// the negative control that shows the equivalence test notices one missing all-reduce.
+  /// Plain TP only (with sequence parallelism the exit changes the shape).
   int identity_g_layer = -1;
 
+  /// This rank's index in the tp group, and the group's size t.
   int rank() const { return group->rank(); }
   int size() const { return group->size(); }
 };
@@ -48,9 +50,11 @@ Tensor shard_zeros_parameter(nn::ParameterList& params, const std::string& name,
 struct ColumnParallelLinear {
   Tensor weight; ///< [in, out/t]
   Tensor bias;   ///< [out/t], undefined without biases
+  /// Registers this rank's shards of `<name>.weight` [in, out] and `<name>.bias` [out].
   ColumnParallelLinear(nn::ParameterList& params, const std::string& name, std::int64_t in,
                        std::int64_t out, double std, bool bias, std::uint64_t seed, DType dtype,
                        const TpContext& tp);
+  /// x [..., in] -> [..., out/t].
   Tensor forward(const Tensor& x) const;
 };
 
@@ -58,12 +62,14 @@ struct ColumnParallelLinear {
 struct RowParallelLinear {
   Tensor weight; ///< [in/t, out]
   Tensor bias;   ///< [out], replicated, undefined without biases
+  /// Registers this rank's rows of `<name>.weight` [in, out] and the whole `<name>.bias` [out].
   RowParallelLinear(nn::ParameterList& params, const std::string& name, std::int64_t in,
                     std::int64_t out, double std, bool bias, std::uint64_t seed, DType dtype,
                     const TpContext& tp);
   /// x_r W_r, this rank's partial sum (no bias, no communication).
   Tensor partial(const Tensor& x) const;
-  /// exit_tp(x_r W_r) + b (the bias after the reduction); `exit` replaces exit_tp when given.
+  /// exit_tp(x_r W_r) + b (the bias after the reduction); with `identity_exit` the exit is the
+  /// identity (tests only: the negative control).
   Tensor forward(const Tensor& x, const TpContext& tp, bool identity_exit = false) const;
 };
 

@@ -78,7 +78,8 @@ private:
 
 TpGPT::TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
     : config_(config), tp_(tp) {
-  TS_CHECK(tp.group != nullptr, "TpGPT: expected a tp group, found none");
+  TS_CHECK(tp.group != nullptr, "TpGPT: expected a tp group, found none; pass the mesh's tp ",
+           "communicator (or the world) in TpContext::group");
   config.validate();
   // A sequence length is not known here; the trainer checks it (check_tp_layout).
   check_tp_layout(config, 0, tp.size(), false);
@@ -110,7 +111,8 @@ nn::ModelOutput TpGPT::forward(const Tensor& ids, const Tensor& targets,
   // Traffic is counted per region when the group is a comm::CountingCommunicator (bench tp).
   std::optional<comm::CountingRegion> region(std::in_place, *tp_.group, "embedding");
   // Embedding: each rank looks up the ids in its rows; the exit sums (or reduce-scatters) them.
-  Tensor x = exit_tp(vocab_parallel_embedding(ids, cast(wte_, compute), vocab_start), tp_);
+  Tensor x = exit_tp(
+      vocab_parallel_embedding(ids, cast(wte_, compute), vocab_start, config_.vocab_size), tp_);
   const std::int64_t t_local = x.size(1), start = tp_.sequence_parallel ? tp_.rank() * t_local : 0;
   x = x + slice(cast(wpe_, compute), 0, start, start + t_local);
   x = residual_dropout(x, config_.dropout, ctx, "wte+wpe", tp_);

@@ -1,6 +1,7 @@
 #include "tp/sharding.hpp"
 
 #include "autograd/grad_mode.hpp"
+#include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
 
@@ -52,6 +53,16 @@ Tensor join_shards(const std::vector<Tensor>& shards, const ShardSpec& spec) {
     for (const Tensor& s : shards)
       parts.push_back(slice(s.detach(), spec.dim, b * piece, (b + 1) * piece));
   return concat(parts, spec.dim);
+}
+
+Tensor gather_full(comm::Communicator& tp, const Tensor& shard, const ShardSpec& spec) {
+  NoGradGuard no_grad;
+  if (spec.replicated() || tp.size() == 1) return shard.detach().to(Device::cpu()).clone();
+  Tensor rows = comm::all_gather(tp, reshape(shard.detach(), {1, -1})).to(Device::cpu());
+  std::vector<Tensor> shards;
+  for (int r = 0; r < tp.size(); ++r)
+    shards.push_back(reshape(slice(rows, 0, r, r + 1), shard.shape().dims()));
+  return join_shards(shards, spec);
 }
 
 } // namespace tinyscale::tp

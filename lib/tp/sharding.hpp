@@ -6,6 +6,7 @@
 // not one contiguous block of 3C/t columns.
 #pragma once
 
+#include "comm/communicator.hpp"
 #include "core/tensor.hpp"
 
 #include <string>
@@ -18,6 +19,7 @@ namespace tinyscale::tp {
 struct ShardSpec {
   int dim = -1;
   int blocks = 1;
+  /// True when every rank holds the whole parameter.
   bool replicated() const { return dim < 0; }
 };
 
@@ -34,5 +36,9 @@ ShardSpec shard_spec(const std::string& name);
 Tensor cut_shard(const Tensor& full, const ShardSpec& spec, int rank, int ranks);
 /// The full tensor from every rank's shard, in rank order (the inverse of cut_shard).
 Tensor join_shards(const std::vector<Tensor>& shards, const ShardSpec& spec);
+
+/// Collective over `tp`: the full tensor, on the host, from every rank's `shard` (a copy of it
+/// when replicated). The gather runs where the shard lives (an nccl group needs device buffers).
+Tensor gather_full(comm::Communicator& tp, const Tensor& shard, const ShardSpec& spec);
 
 } // namespace tinyscale::tp

@@ -39,6 +39,9 @@ const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicat
 }
 
 TpContext context(comm::Communicator& tp, const TpOptions& options) {
+  TS_CHECK(options.identity_g_layer < 0 || !options.sequence_parallel,
+           "TpOptions::identity_g_layer (a test-only negative control) replaces plain TP's g; ",
+           "found it with sequence parallelism, whose exit changes the shape; turn one off");
   return TpContext{&tp, options.sequence_parallel, options.identity_g_layer};
 }
 
@@ -56,17 +59,6 @@ public:
 private:
   bool syncing_ = true;
 };
-
-/// The whole tensor from every tp rank's shard (collective; a copy of it when replicated).
-Tensor join_over(comm::Communicator& tp, const Tensor& shard, const ShardSpec& spec) {
-  NoGradGuard no_grad;
-  if (spec.replicated() || tp.size() == 1) return shard.detach().to(Device::cpu()).clone();
-  Tensor rows = comm::all_gather(tp, reshape(shard.detach().to(Device::cpu()), {1, -1}));
-  std::vector<Tensor> shards;
-  for (int r = 0; r < tp.size(); ++r)
-    shards.push_back(reshape(slice(rows, 0, r, r + 1), shard.shape().dims()));
-  return join_shards(shards, spec);
-}
 
 /// The parameter an optimizer state tensor belongs to ("exp_avg.h.0.ln_1.weight" -> its name).
 std::string state_parameter(const std::string& name) {
@@ -162,11 +154,11 @@ std::string TpTrainer::save_checkpoint() const {
   c.step = step_;
   c.config_toml = io::to_toml(config_);
   for (const auto& p : model_.parameters())
-    c.model.emplace_back(p.name, join_over(*tp_, p.tensor, shard_spec(p.name)));
+    c.model.emplace_back(p.name, gather_full(*tp_, p.tensor, shard_spec(p.name)));
   for (const auto& [name, tensor] : optimizer_.state_tensors()) {
     const std::string param = state_parameter(name);
     c.optimizer.emplace_back(name,
-                             param.empty() ? tensor : join_over(*tp_, tensor, shard_spec(param)));
+                             param.empty() ? tensor : gather_full(*tp_, tensor, shard_spec(param)));
   }
   c.state = {{"train_seed", config_.train.seed}, {"data_seed", config_.data.seed}};
   const bool writer = tp_->rank() == 0 && (dp_ == nullptr || dp_->rank() == 0);

@@ -34,7 +34,9 @@ for r in rows:
 by = {(r["tp"], r["sp"]): r for r in rows}
 assert by[(2, True)]["activation_bytes"] < by[(2, False)]["activation_bytes"], by
 assert by[(2, False)]["activation_bytes"] < by[(1, False)]["activation_bytes"], by
-assert by[(2, True)]["block_payload_formula"] == 2 * by[(2, False)]["block_payload_formula"], by
-assert by[(2, True)]["block_wire_formula"] == by[(2, False)]["block_wire_formula"], by
+# measured, not formula against formula: SP moves twice the payload on the same wire bytes
+assert by[(2, True)]["block_payload_bytes_per_layer"] == 2 * by[(2, False)]["block_payload_bytes_per_layer"], by
+assert by[(2, True)]["block_wire_bytes_per_layer"] == by[(2, False)]["block_wire_bytes_per_layer"], by
+assert by[(1, False)]["block_wire_bytes_per_layer"] == 0, by
 PY
 echo "bench_tp: 3 rows; block traffic equals the formula; SP holds fewer activation bytes"
