@@ -30,6 +30,10 @@ namespace tinyscale::test {
 struct RunRecord {
   std::vector<double> losses, grad_norms;
   std::vector<std::pair<std::string, std::vector<double>>> params;
+  /// Every parameter's gradient after the first step (clipped; zeros where it had none), when
+  /// both sides record it: a whole tensor's gradient off by a constant factor hides from AdamW
+  /// (m / sqrt(v) does not see a scale) but not from this comparison.
+  std::vector<std::pair<std::string, std::vector<double>>> first_grads;
 };
 
 /// The run both sides train: N*b*k sequences per step, 3 steps, clipping that bites.
@@ -60,6 +64,16 @@ inline void record_params(RunRecord& r, const nn::ParameterList& params) {
   for (const auto& p : params) r.params.emplace_back(p.name, p.tensor.to_vector());
 }
 
+/// Records every parameter's current gradient (zeros where it has none) as r.first_grads.
+inline void record_grads(RunRecord& r, const nn::ParameterList& params) {
+  for (const auto& p : params) {
+    const Tensor g = p.tensor.grad();
+    r.first_grads.emplace_back(
+        p.name, g.defined() ? g.to_vector()
+                            : std::vector<double>(static_cast<std::size_t>(p.tensor.numel()), 0.0));
+  }
+}
+
 /// One rank, micro-batches of the same size as the data-parallel run's (N*k of them).
 inline RunRecord reference_run(io::RunConfig config, int n) {
   config.train.micro_batches *= n;
@@ -69,6 +83,7 @@ inline RunRecord reference_run(io::RunConfig config, int n) {
     const train::StepResult step = trainer.train_step();
     r.losses.push_back(step.loss);
     r.grad_norms.push_back(step.grad_norm);
+    if (s == 0) record_grads(r, trainer.model().parameters());
   }
   record_params(r, trainer.model().parameters());
   return r;
@@ -106,24 +121,34 @@ inline std::string compare_runs(const RunRecord& want, const RunRecord& got, dou
       }
     }
   }
-  for (std::size_t i = 0; i < want.params.size(); ++i) {
-    const auto& [name, w] = want.params[i];
-    const std::vector<double>& g = got.params[i].second;
-    double worst = 0, scale = 0;
-    std::size_t at = 0;
-    for (std::size_t j = 0; j < w.size(); ++j) {
-      scale = std::max(scale, std::abs(w[j]));
-      if (std::abs(g[j] - w[j]) > worst) worst = std::abs(g[j] - w[j]), at = j;
+  using Tensors = std::vector<std::pair<std::string, std::vector<double>>>;
+  auto first_difference = [&](const Tensors& want_t, const Tensors& got_t,
+                              const char* what) -> std::string {
+    for (std::size_t i = 0; i < want_t.size(); ++i) {
+      const auto& [name, w] = want_t[i];
+      const std::vector<double>& g = got_t[i].second;
+      double worst = 0, scale = 0;
+      std::size_t at = 0;
+      for (std::size_t j = 0; j < w.size(); ++j) {
+        scale = std::max(scale, std::abs(w[j]));
+        if (std::abs(g[j] - w[j]) > worst) worst = std::abs(g[j] - w[j]), at = j;
+      }
+      if (worst > tolerance * scale) {
+        std::snprintf(buf, sizeof buf,
+                      "%s %s: element %zu expected %.9g (one rank), found %.9g; max |diff| / "
+                      "max |ref| = %.2e",
+                      what, name.c_str(), at, w[at], g[at], worst / scale);
+        return buf;
+      }
     }
-    if (worst > tolerance * scale) {
-      std::snprintf(buf, sizeof buf,
-                    "parameter %s after %zu steps: element %zu expected %.9g (one rank), found "
-                    "%.9g; max |diff| / max |ref| = %.2e",
-                    name.c_str(), want.losses.size(), at, w[at], g[at], worst / scale);
-      return buf;
-    }
+    return "";
+  };
+  if (!want.first_grads.empty() && !got.first_grads.empty()) {
+    const std::string d =
+        first_difference(want.first_grads, got.first_grads, "gradient after step 1 of");
+    if (!d.empty()) return d;
   }
-  return "";
+  return first_difference(want.params, got.params, "parameter after the last step:");
 }
 
 /// The largest relative error over losses, norms and parameters (for reports).
@@ -133,14 +158,18 @@ inline double worst_error(const RunRecord& want, const RunRecord& got) {
     worst = std::max(worst, relative_error(got.losses[s], want.losses[s]));
     worst = std::max(worst, relative_error(got.grad_norms[s], want.grad_norms[s]));
   }
-  for (std::size_t i = 0; i < want.params.size(); ++i) {
-    double diff = 0, scale = 0;
-    for (std::size_t j = 0; j < want.params[i].second.size(); ++j) {
-      scale = std::max(scale, std::abs(want.params[i].second[j]));
-      diff = std::max(diff, std::abs(got.params[i].second[j] - want.params[i].second[j]));
+  auto tensors = [&](const auto& w, const auto& g) {
+    for (std::size_t i = 0; i < w.size() && i < g.size(); ++i) {
+      double diff = 0, scale = 0;
+      for (std::size_t j = 0; j < w[i].second.size(); ++j) {
+        scale = std::max(scale, std::abs(w[i].second[j]));
+        diff = std::max(diff, std::abs(g[i].second[j] - w[i].second[j]));
+      }
+      worst = std::max(worst, diff / std::max(scale, 1e-30));
     }
-    worst = std::max(worst, diff / std::max(scale, 1e-30));
-  }
+  };
+  tensors(want.params, got.params);
+  tensors(want.first_grads, got.first_grads);
   return worst;
 }
 

@@ -38,6 +38,17 @@ inline void record_joined_params(RunRecord& r, comm::Communicator& tp,
                           tp::gather_full(tp, p.tensor, tp::shard_spec(p.name)).to_vector());
 }
 
+/// Records every parameter's gradient (zeros where it has none), joined over `tp`, as
+/// r.first_grads (collective).
+inline void record_joined_grads(RunRecord& r, comm::Communicator& tp,
+                                const nn::ParameterList& params) {
+  for (const auto& p : params) {
+    const Tensor g = p.tensor.grad().defined() ? p.tensor.grad()
+                                               : Tensor::zeros(p.tensor.shape(), p.tensor.dtype());
+    r.first_grads.emplace_back(p.name, tp::gather_full(tp, g, tp::shard_spec(p.name)).to_vector());
+  }
+}
+
 /// This rank's side of the tensor-parallel run: every rank ends with the whole model's record
 /// (the shards joined over `tp`).
 inline RunRecord tp_run(comm::Communicator& tp, comm::Communicator* dp, const io::RunConfig& config,
@@ -48,6 +59,7 @@ inline RunRecord tp_run(comm::Communicator& tp, comm::Communicator* dp, const io
     const train::StepResult step = trainer.train_step();
     r.losses.push_back(step.loss);
     r.grad_norms.push_back(step.grad_norm);
+    if (s == 0) record_joined_grads(r, tp, trainer.model().parameters());
   }
   record_joined_params(r, tp, trainer.model().parameters());
   return r;
