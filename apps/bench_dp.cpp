@@ -4,6 +4,7 @@
 // The easy thing to get wrong: a step takes as long as its slowest rank, so each step's time is
 // the max over ranks; and ranks on threads share the machine's cores, so past one rank per core
 // the efficiency measures the oversubscribed CPU rather than data parallelism.
+#include "bench_ranks.hpp"
 #include "comm/launch.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
@@ -28,16 +29,9 @@ namespace tinyscale::app {
 
 namespace {
 
-struct BenchDpOptions {
-  std::string config = "configs/bench-cpu.toml";
-  std::vector<std::string> overrides;
-  std::vector<int> ranks{1, 2, 4};
-  bool ranks_given = false;
-  std::string backend = "auto";
-  std::int64_t steps = 5;
-  std::int64_t warmup = 1;
+struct BenchDpOptions : RankedBenchOptions {
+  BenchDpOptions() { steps = 5; }
   std::int64_t bucket_kb = 256;
-  std::string json;
   std::string trace;
 };
 
@@ -194,16 +188,8 @@ void write_json(const std::string& path, const std::string& command, const std::
 }
 
 std::string command_line(const BenchDpOptions& opt, comm::Backend backend, int world_size) {
-  std::string c = backend == comm::Backend::Mpi ? "mpirun -np " + std::to_string(world_size) + " "
-                                                : std::string();
-  c += "tinyscale bench dp --config " + opt.config;
-  for (const std::string& s : opt.overrides) c += " --set " + s;
-  c += " --backend " + std::string(comm::backend_name(backend));
-  for (std::size_t i = 0; backend == comm::Backend::Threads && i < opt.ranks.size(); ++i)
-    c += (i ? "," : " --ranks ") + std::to_string(opt.ranks[i]);
-  c += " --steps " + std::to_string(opt.steps) + " --warmup " + std::to_string(opt.warmup) +
-       " --bucket-kb " + std::to_string(opt.bucket_kb);
-  return c;
+  return ranked_bench_command("dp", opt, backend, world_size,
+                              " --bucket-kb " + std::to_string(opt.bucket_kb));
 }
 
 void print_header(const std::string& command, const io::RunConfig& config, int max_ranks) {
@@ -226,15 +212,9 @@ void print_header(const std::string& command, const io::RunConfig& config, int m
 }
 
 void run_bench_dp(const BenchDpOptions& opt) {
-  io::RunConfig config = io::load_config(opt.config, opt.overrides);
-  config.train.steps = opt.warmup + opt.steps;
-  // The learning rate does not change the time of a step; keep the schedule valid for short runs.
-  if (config.optim.decay_steps == 0 && config.optim.warmup_steps > config.train.steps)
-    config.optim.warmup_steps = config.train.steps;
+  const io::RunConfig config = ranked_bench_config(opt);
   const std::vector<int>& ranks = opt.ranks;
-  const comm::Backend backend = comm::resolve_backend(comm::parse_backend(opt.backend));
-  TS_CHECK(backend == comm::Backend::Threads || backend == comm::Backend::Mpi,
-           "bench dp: expected --backend auto, threads or mpi, found ", opt.backend);
+  const comm::Backend backend = ranked_bench_backend("dp", opt);
   std::vector<Row> rows;
   std::vector<metrics::TraceEvent> trace;
   if (backend == comm::Backend::Threads) {
@@ -274,28 +254,13 @@ void add_bench_dp(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
       "dp", "Data-parallel tokens/s, scaling efficiency and overlap: after backward, per "
             "parameter, bucketed + overlap");
-  cmd->add_option("--config", opt->config, "TOML run config (train.batch_size = global batch)")
-      ->capture_default_str();
-  cmd->add_option("--set", opt->overrides, "Override a config key (repeatable)");
-  auto* ranks = cmd->add_option("--ranks", opt->ranks,
-                                "Rank counts of the threads backend; under mpirun the world "
-                                "size is measured (N = 1 needs its own `mpirun -np 1` run) and "
-                                "--ranks, when given, must list it")
-                    ->capture_default_str()
-                    ->delimiter(',')
-                    ->check(CLI::Range(1, 1024));
-  cmd->add_option("--backend", opt->backend, "auto (mpi under mpirun, else threads), threads, mpi")
-      ->capture_default_str();
-  cmd->add_option("--steps", opt->steps, "Timed steps")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  cmd->add_option("--warmup", opt->warmup, "Untimed steps first")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1000));
+  auto* ranks = add_ranked_bench_options(
+      cmd, *opt, "TOML run config (train.batch_size = global batch)",
+      "Rank counts of the threads backend; under mpirun the world size is measured (N = 1 needs "
+      "its own `mpirun -np 1` run) and --ranks, when given, must list it");
   cmd->add_option("--bucket-kb", opt->bucket_kb, "Bucket size of `bucketed + overlap` in KiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--json", opt->json, "Also write the rows to this JSON file");
   cmd->add_option("--trace", opt->trace,
                   "Chrome trace (Perfetto) of `bucketed + overlap` at the largest rank count");
   cmd->callback([opt, ranks] {

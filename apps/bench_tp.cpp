@@ -7,6 +7,7 @@
 // all-gathers and two reduce-scatters of full buffers where TP had two all-reduces, each way) yet
 // puts the same bytes on the wire, since a ring all-reduce is a reduce-scatter plus an all-gather.
 #include "backend/memory_counter.hpp"
+#include "bench_ranks.hpp"
 #include "comm/counting.hpp"
 #include "comm/launch.hpp"
 #include "commands.hpp"
@@ -32,16 +33,7 @@ namespace tinyscale::app {
 
 namespace {
 
-struct BenchTpOptions {
-  std::string config = "configs/bench-cpu.toml";
-  std::vector<std::string> overrides;
-  std::vector<int> ranks{1, 2, 4};
-  bool ranks_given = false;
-  std::string backend = "auto";
-  std::int64_t steps = 3;
-  std::int64_t warmup = 1;
-  std::string json;
-};
+using BenchTpOptions = RankedBenchOptions;
 
 /// One row of the table: one tp size with or without sequence parallelism (rank 0's view).
 struct Row {
@@ -288,18 +280,6 @@ void write_json(const std::string& path, const std::string& command, const std::
   file << out.dump(2) << "\n";
 }
 
-std::string command_line(const BenchTpOptions& opt, comm::Backend backend, int world_size) {
-  std::string c = backend == comm::Backend::Mpi ? "mpirun -np " + std::to_string(world_size) + " "
-                                                : std::string();
-  c += "tinyscale bench tp --config " + opt.config;
-  for (const std::string& s : opt.overrides) c += " --set " + s;
-  c += " --backend " + std::string(comm::backend_name(backend));
-  for (std::size_t i = 0; backend == comm::Backend::Threads && i < opt.ranks.size(); ++i)
-    c += (i ? "," : " --ranks ") + std::to_string(opt.ranks[i]);
-  c += " --steps " + std::to_string(opt.steps) + " --warmup " + std::to_string(opt.warmup);
-  return c;
-}
-
 void print_header(const std::string& command, const io::RunConfig& config, int max_ranks) {
   const auto& m = config.model;
   const Sizes z = sizes_of(config);
@@ -323,19 +303,13 @@ void print_header(const std::string& command, const io::RunConfig& config, int m
 }
 
 void run_bench_tp(const BenchTpOptions& opt) {
-  io::RunConfig config = io::load_config(opt.config, opt.overrides);
-  config.train.steps = opt.warmup + opt.steps;
-  // The learning rate does not change the time of a step; keep the schedule valid for short runs.
-  if (config.optim.decay_steps == 0 && config.optim.warmup_steps > config.train.steps)
-    config.optim.warmup_steps = config.train.steps;
+  const io::RunConfig config = ranked_bench_config(opt);
   const std::vector<int>& ranks = opt.ranks;
-  const comm::Backend backend = comm::resolve_backend(comm::parse_backend(opt.backend));
-  TS_CHECK(backend == comm::Backend::Threads || backend == comm::Backend::Mpi,
-           "bench tp: expected --backend auto, threads or mpi, found ", opt.backend);
+  const comm::Backend backend = ranked_bench_backend("tp", opt);
   std::vector<Row> rows;
   if (backend == comm::Backend::Threads) {
     for (int t : ranks) check_tp_size(config, t); // before minutes of measuring
-    print_header(command_line(opt, backend, 0), config,
+    print_header(ranked_bench_command("tp", opt, backend, 0), config,
                  *std::max_element(ranks.begin(), ranks.end()));
     for (int t : ranks)
       comm::run_threads(
@@ -346,7 +320,7 @@ void run_bench_tp(const BenchTpOptions& opt) {
       TS_CHECK(!opt.ranks_given || std::find(ranks.begin(), ranks.end(), n) != ranks.end(),
                "bench tp: under mpirun the world size (", n, ") is the tp size, but --ranks ",
                "does not list it; run mpirun -np with one of the --ranks values");
-      if (world.rank() == 0) print_header(command_line(opt, backend, n), config, n);
+      if (world.rank() == 0) print_header(ranked_bench_command("tp", opt, backend, n), config, n);
       measure_world(world, config, opt, rows);
     });
     if (rows.empty()) return; // not rank 0
@@ -357,7 +331,7 @@ void run_bench_tp(const BenchTpOptions& opt) {
   print_check(rows, z, opt.steps, dense(config));
   if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.tp == 1; }))
     std::printf("the activation ratio needs the tp = 1 row: run `mpirun -np 1` separately\n");
-  const std::string command = command_line(opt, backend, rows.front().tp);
+  const std::string command = ranked_bench_command("tp", opt, backend, rows.front().tp);
   if (!opt.json.empty())
     write_json(opt.json, command, comm::backend_name(backend), rows, z, opt.steps);
 }
@@ -369,24 +343,10 @@ void add_bench_tp(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
       "tp", "Tensor parallelism: step time, block traffic against THEORY.md's formula and "
             "measured activation memory, with and without sequence parallelism");
-  cmd->add_option("--config", opt->config, "TOML run config (every tp rank runs the whole batch)")
-      ->capture_default_str();
-  cmd->add_option("--set", opt->overrides, "Override a config key (repeatable)");
-  auto* ranks = cmd->add_option("--ranks", opt->ranks,
-                                "tp sizes of the threads backend; under mpirun the world size is "
-                                "the tp size and --ranks, when given, must list it")
-                    ->capture_default_str()
-                    ->delimiter(',')
-                    ->check(CLI::Range(1, 1024));
-  cmd->add_option("--backend", opt->backend, "auto (mpi under mpirun, else threads), threads, mpi")
-      ->capture_default_str();
-  cmd->add_option("--steps", opt->steps, "Timed steps")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  cmd->add_option("--warmup", opt->warmup, "Untimed steps first")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1000));
-  cmd->add_option("--json", opt->json, "Also write the rows to this JSON file");
+  auto* ranks = add_ranked_bench_options(
+      cmd, *opt, "TOML run config (every tp rank runs the whole batch)",
+      "tp sizes of the threads backend; under mpirun the world size is the tp size and --ranks, "
+      "when given, must list it");
   cmd->callback([opt, ranks] {
     opt->ranks_given = ranks->count() > 0;
     run_bench_tp(*opt);

@@ -1,0 +1,63 @@
+#include "bench_ranks.hpp"
+
+#include "core/error.hpp"
+
+namespace tinyscale::app {
+
+CLI::Option* add_ranked_bench_options(CLI::App* cmd, RankedBenchOptions& opt,
+                                      const std::string& config_help,
+                                      const std::string& ranks_help) {
+  cmd->add_option("--config", opt.config, config_help)->capture_default_str();
+  cmd->add_option("--set", opt.overrides, "Override a config key (repeatable)");
+  auto* ranks = cmd->add_option("--ranks", opt.ranks, ranks_help)
+                    ->capture_default_str()
+                    ->delimiter(',')
+                    ->check(CLI::Range(1, 1024));
+  cmd->add_option("--backend", opt.backend, "auto (mpi under mpirun, else threads), threads, mpi")
+      ->capture_default_str();
+  cmd->add_option("--steps", opt.steps, "Timed steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", opt.warmup, "Untimed steps first")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--json", opt.json, "Also write the rows to this JSON file");
+  return ranks;
+}
+
+io::RunConfig ranked_bench_config(const RankedBenchOptions& opt) {
+  io::RunConfig config = io::load_config(opt.config, opt.overrides);
+  config.train.steps = opt.warmup + opt.steps;
+  // The learning rate does not change the time of a step; keep the schedule valid for short runs.
+  if (config.optim.decay_steps == 0 && config.optim.warmup_steps > config.train.steps)
+    config.optim.warmup_steps = config.train.steps;
+  return config;
+}
+
+comm::Backend ranked_bench_backend(const std::string& bench, const RankedBenchOptions& opt) {
+  const comm::Backend backend = comm::resolve_backend(comm::parse_backend(opt.backend));
+  TS_CHECK(backend == comm::Backend::Threads || backend == comm::Backend::Mpi, "bench ", bench,
+           ": expected --backend auto, threads or mpi, found ", opt.backend);
+  return backend;
+}
+
+std::string ranked_bench_command(const std::string& bench, const RankedBenchOptions& opt,
+                                 comm::Backend backend, int world_size, const std::string& extra) {
+  std::string c;
+  if (backend == comm::Backend::Mpi) {
+    c = "mpirun -np ";
+    c += std::to_string(world_size);
+    c += " ";
+  }
+  c += "tinyscale bench " + bench + " --config " + opt.config;
+  for (const std::string& s : opt.overrides) c += " --set " + s;
+  c += " --backend " + std::string(comm::backend_name(backend));
+  for (std::size_t i = 0; backend == comm::Backend::Threads && i < opt.ranks.size(); ++i) {
+    c += i != 0 ? "," : " --ranks ";
+    c += std::to_string(opt.ranks[i]);
+  }
+  c += " --steps " + std::to_string(opt.steps) + " --warmup " + std::to_string(opt.warmup) + extra;
+  return c;
+}
+
+} // namespace tinyscale::app

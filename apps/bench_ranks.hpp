@@ -1,0 +1,50 @@
+// What `bench dp` and `bench tp` share (chapters 04 and 05): both time a config at several rank
+// counts (threads), or at mpirun's world size, with warm-up and timed steps, and print the command
+// behind their table. The easy thing to get wrong: under mpirun the world size is the one rank
+// count measured, so --ranks, when given, must list it (the caller checks, naming its bench).
+#pragma once
+
+#include "comm/launch.hpp"
+#include "io/config.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tinyscale::app {
+
+/// The options of a bench measured at several rank counts.
+struct RankedBenchOptions {
+  std::string config = "configs/bench-cpu.toml";
+  std::vector<std::string> overrides;
+  std::vector<int> ranks{1, 2, 4};
+  bool ranks_given = false; ///< --ranks was on the command line
+  std::string backend = "auto";
+  std::int64_t steps = 3;
+  std::int64_t warmup = 1;
+  std::string json;
+};
+
+/// Adds --config, --set, --ranks, --backend, --steps, --warmup and --json to `cmd`, writing into
+/// `opt` (which must outlive the command). Returns the --ranks option: its count() after parsing
+/// says whether --ranks was given.
+CLI::Option* add_ranked_bench_options(CLI::App* cmd, RankedBenchOptions& opt,
+                                      const std::string& config_help,
+                                      const std::string& ranks_help);
+
+/// The run config of a bench: `opt.config` with its overrides, train.steps = warm-up + timed
+/// steps, and a warm-up no longer than that (the learning rate does not change a step's time).
+io::RunConfig ranked_bench_config(const RankedBenchOptions& opt);
+
+/// The backend the bench runs on: threads or mpi (auto resolved); anything else is an Error.
+comm::Backend ranked_bench_backend(const std::string& bench, const RankedBenchOptions& opt);
+
+/// "[mpirun -np N ]tinyscale bench NAME --config ... --set ... --backend ... [--ranks ...]
+/// --steps S --warmup W", the command that reproduces a table; `extra` is appended.
+std::string ranked_bench_command(const std::string& bench, const RankedBenchOptions& opt,
+                                 comm::Backend backend, int world_size,
+                                 const std::string& extra = "");
+
+} // namespace tinyscale::app
