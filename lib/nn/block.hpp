@@ -14,7 +14,10 @@ namespace tinyscale::nn {
 /// h.N: ln_1, attn, ln_2, mlp.
 class Block {
 public:
-  Block(ParameterList& params, int layer, const ModelConfig& config, std::uint64_t seed);
+  /// `moe_layer` builds the MoE sublayer when config.is_moe_layer(layer) (empty: the single-rank
+  /// moe::MoeFeedForward).
+  Block(ParameterList& params, int layer, const ModelConfig& config, std::uint64_t seed,
+        const MoeLayerFactory& moe_layer = {});
   /// x [B, T, C] -> [B, T, C], plus the MoE losses and statistics when the MLP is MoE.
   FeedForwardOutput forward(const Tensor& x, const ForwardContext& ctx) const;
 

@@ -13,22 +13,22 @@ const ModelConfig& validated(const ModelConfig& config) {
 
 // Members initialise in declaration order, so the parameter list comes out in forward order:
 // wte, wpe, h.0 ... h.{L-1}, ln_f.
-std::vector<Block> make_blocks(ParameterList& params, const ModelConfig& config,
-                               std::uint64_t seed) {
+std::vector<Block> make_blocks(ParameterList& params, const ModelConfig& config, std::uint64_t seed,
+                               const MoeLayerFactory& moe_layer) {
   std::vector<Block> blocks;
   blocks.reserve(static_cast<std::size_t>(config.n_layer));
-  for (int i = 0; i < config.n_layer; ++i) blocks.emplace_back(params, i, config, seed);
+  for (int i = 0; i < config.n_layer; ++i) blocks.emplace_back(params, i, config, seed, moe_layer);
   return blocks;
 }
 } // namespace
 
-GPT::GPT(const ModelConfig& config, std::uint64_t seed)
+GPT::GPT(const ModelConfig& config, std::uint64_t seed, const MoeLayerFactory& moe_layer)
     : config_(validated(config)),
       wte_(normal_parameter(params_, "wte.weight", Shape({config.vocab_size, config.n_embd}),
                             config.initializer_range, seed, config.dtype, false)),
       wpe_(normal_parameter(params_, "wpe.weight", Shape({config.n_positions, config.n_embd}),
                             config.initializer_range, seed, config.dtype, false)),
-      blocks_(make_blocks(params_, config, seed)),
+      blocks_(make_blocks(params_, config, seed, moe_layer)),
       ln_f_(params_, "ln_f", config.n_embd, config.bias, config.layer_norm_epsilon, config.dtype) {}
 
 Tensor GPT::embed(const Tensor& ids, const ForwardContext& ctx) const {

@@ -24,7 +24,8 @@ struct ModelOutput {
 class GPT {
 public:
   /// Builds and initialises the model (GPT-2 init; every parameter from Philox(seed, its name)).
-  GPT(const ModelConfig& config, std::uint64_t seed);
+  /// `moe_layer` builds each MoE sublayer (empty: moe::MoeFeedForward, all experts on this rank).
+  GPT(const ModelConfig& config, std::uint64_t seed, const MoeLayerFactory& moe_layer = {});
 
   const ModelConfig& config() const { return config_; }
   /// Every parameter once, in forward order; the tied head is wte itself.

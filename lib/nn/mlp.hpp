@@ -7,7 +7,10 @@
 #include "nn/context.hpp"
 #include "nn/layers.hpp"
 
+#include <functional>
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace tinyscale::nn {
@@ -37,6 +40,12 @@ public:
   /// x [B, T, C] -> y [B, T, C] (plus MoE losses).
   virtual FeedForwardOutput forward(const Tensor& x, const ForwardContext& ctx) const = 0;
 };
+
+/// Builds the MoE sublayer of one block: (params, name "h.N.mlp", layer N, config, seed). The
+/// default builds moe::MoeFeedForward; expert parallelism (chapter 08) passes one that builds a
+/// layer holding only this rank's experts.
+using MoeLayerFactory = std::function<std::unique_ptr<FeedForward>(
+    ParameterList&, const std::string&, int, const ModelConfig&, std::uint64_t)>;
 
 /// Two linear layers with a tanh-GELU between them; no dropout (the caller adds it).
 struct Mlp {

@@ -35,10 +35,11 @@ const nn::ParameterList& placed(const nn::ParameterList& params, Device device,
 
 } // namespace
 
-Trainer::Trainer(io::RunConfig config)
+Trainer::Trainer(io::RunConfig config, const nn::MoeLayerFactory& moe_layer)
     : config_(validated(config)),
       data_(data::TokenDataset::open(config.data, config.model.vocab_size)),
-      device_(parse_device(config.train.device)), model_(config.model, config.train.seed),
+      device_(parse_device(config.train.device)),
+      model_(config.model, config.train.seed, moe_layer),
       optimizer_(placed(model_.parameters(), device_, config.model), config.optim) {}
 
 Device parse_device(const std::string& name) {
@@ -88,9 +89,15 @@ void Trainer::add_micro_batch(StepResult& r, const nn::ModelOutput& out, double 
   }
 }
 
-void Trainer::finish_step(StepResult& r, std::chrono::steady_clock::time_point start) {
+void Trainer::finish_step(StepResult& r, std::chrono::steady_clock::time_point start,
+                          const std::function<double()>& global_grad_norm) {
   const TrainConfig& t = config_.train;
-  r.grad_norm = optim::clip_grad_norm(model_.parameters(), config_.optim.grad_clip);
+  if (global_grad_norm) {
+    r.grad_norm = global_grad_norm();
+    optim::clip_grads_to_norm(model_.parameters(), config_.optim.grad_clip, r.grad_norm);
+  } else {
+    r.grad_norm = optim::clip_grad_norm(model_.parameters(), config_.optim.grad_clip);
+  }
   r.lr = optim::learning_rate(config_.optim, step_, t.steps);
   optimizer_.step(r.lr);
   backend_for(device_).synchronize(); // a GPU step has finished only when its kernels have

@@ -12,6 +12,7 @@
 #include "optim/adamw.hpp"
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,8 +46,9 @@ void check_same_run(const io::RunConfig& saved, const io::RunConfig& now, const 
 class Trainer {
 public:
   /// Validates the config, builds the data (fails on a bad file before the model is built),
-  /// the model and the optimizer.
-  explicit Trainer(io::RunConfig config);
+  /// the model and the optimizer. `moe_layer` builds the MoE sublayers (empty: all experts here;
+  /// expert parallelism passes its own, chapter 08).
+  explicit Trainer(io::RunConfig config, const nn::MoeLayerFactory& moe_layer = {});
 
   /// Restores model, optimizer and step from a checkpoint (a step directory or a checkpoint
   /// root); the checkpoint's parameter names and shapes must match this model.
@@ -70,8 +72,10 @@ public:
   static void add_micro_batch(StepResult& r, const nn::ModelOutput& out, double weight);
   /// Ends a step whose gradients are complete: global-norm clipping, AdamW at the scheduled
   /// learning rate, step + 1; fills r.grad_norm, r.lr, r.step, and r.seconds and r.tokens_per_s
-  /// from `start`.
-  void finish_step(StepResult& r, std::chrono::steady_clock::time_point start);
+  /// from `start`. `global_grad_norm` (optional) computes the norm when this rank holds only part
+  /// of the gradients (experts on other ranks, chapter 08); it must be collective-safe.
+  void finish_step(StepResult& r, std::chrono::steady_clock::time_point start,
+                   const std::function<double()>& global_grad_norm = {});
   /// Steps completed so far.
   std::int64_t step() const { return step_; }
   const io::RunConfig& config() const { return config_; }

@@ -1,0 +1,112 @@
+#include "ep/moe_layer.hpp"
+
+#include "core/error.hpp"
+#include "nn/layers.hpp"
+#include "ops/ops.hpp"
+
+#include <chrono>
+
+namespace tinyscale::ep {
+
+EpMoeFeedForward::EpMoeFeedForward(nn::ParameterList& params, const std::string& name, int layer,
+                                   const nn::ModelConfig& config, std::uint64_t seed,
+                                   comm::Communicator& ep, const ExpertPlacement& placement,
+                                   EpLayerLoad* load, bool use_gates)
+    : name_(name), layer_(layer), dropout_(config.dropout), config_(config.moe), ep_(&ep),
+      placement_(placement), load_(load), use_gates_(use_gates) {
+  TS_CHECK(placement.ep() == ep.size() && placement.n_experts() == config.moe.n_experts,
+           "EpMoeFeedForward: expected a placement of ", config.moe.n_experts, " experts over ",
+           ep.size(), " ranks (", describe(ep), "), found ", placement.describe());
+  router_weight_ = nn::normal_parameter(params, name + ".router.weight",
+                                        Shape({config.n_embd, config.moe.n_experts}),
+                                        config.initializer_range, seed, config.dtype);
+  const std::vector<int> mine = placement.experts_of(ep.rank());
+  experts_.reserve(mine.size());
+  for (int e : mine) {
+    std::string expert_name = name + ".experts.";
+    expert_name += std::to_string(e);
+    experts_.emplace_back(params, expert_name, config, seed);
+  }
+  if (load_ != nullptr) {
+    load_->layer = layer;
+    load_->ep_rank = ep.rank();
+    load_->experts = mine;
+    load_->expert_rows.assign(mine.size(), 0);
+    load_->rows_sent.assign(static_cast<std::size_t>(ep.size()), 0);
+    load_->rows_received.assign(static_cast<std::size_t>(ep.size()), 0);
+  }
+}
+
+nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
+                                                const nn::ForwardContext& ctx) const {
+  using clock = std::chrono::steady_clock;
+  const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2), N = B * T;
+  const int k = config_.top_k, L = placement_.local_count();
+  Tensor tokens = reshape(x, {N, C});
+  // 1. Route on this rank, as one rank would: top-k, gates, capacity from this micro-batch.
+  moe::Routing r = moe::route(tokens, router_weight_, config_);
+
+  // 2. Dispatch: counts first (every rank learns what it will receive), then the rows.
+  auto start = clock::now();
+  const DispatchPlan plan = plan_dispatch(r, placement_);
+  const ReceivePlan recv = exchange_counts(*ep_, plan, L, x.device());
+  std::vector<std::int64_t> rows(plan.order.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = plan.order[i] / k;
+  const Tensor sent =
+      gather_rows(tokens, Tensor::from_ids(rows, Shape({static_cast<std::int64_t>(rows.size())})));
+  if (load_ != nullptr)
+    load_->dispatch_seconds += std::chrono::duration<double>(clock::now() - start).count();
+  const Tensor received =
+      all_to_all_rows(sent, plan.send_rows, recv.recv_rows, *ep_, Direction::Dispatch, load_);
+
+  // 3. Each local expert on its rows from every source; outputs put back in arrival order.
+  start = clock::now();
+  std::vector<Tensor> outputs;
+  std::vector<std::int64_t> places;
+  for (int l = 0; l < L; ++l) {
+    const auto& mine = recv.expert_rows[static_cast<std::size_t>(l)];
+    if (mine.empty()) continue; // no tokens: no forward, and so no gradient, as on one rank
+    const Tensor ids = Tensor::from_ids(mine, Shape({static_cast<std::int64_t>(mine.size())}));
+    outputs.push_back(experts_[static_cast<std::size_t>(l)].forward(gather_rows(received, ids)));
+    places.insert(places.end(), mine.begin(), mine.end());
+  }
+  // With no rows at all the received (empty) tensor itself goes back, so the combine's backward
+  // still reaches the dispatch's backward and this rank joins both all-to-alls of backward.
+  const std::int64_t R = received.size(0);
+  const Tensor expert_out =
+      outputs.empty()
+          ? received
+          : scatter_add_rows(
+                concat(outputs, 0),
+                Tensor::from_ids(places, Shape({static_cast<std::int64_t>(places.size())})), R);
+  if (load_ != nullptr)
+    load_->compute_seconds += std::chrono::duration<double>(clock::now() - start).count();
+
+  // 4. Combine: outputs back to their tokens' ranks, weighted by the gates.
+  const Tensor back =
+      all_to_all_rows(expert_out, recv.recv_rows, plan.send_rows, *ep_, Direction::Combine, load_);
+  Tensor y = reshape(combine(back, r.gates, plan.order, k, N, use_gates_), {B, T, C});
+  if (ctx.training && dropout_ > 0) y = dropout(y, dropout_, ctx.dropout_rng(name_, T * C));
+
+  if (load_ != nullptr) {
+    for (int l = 0; l < L; ++l)
+      load_->expert_rows[static_cast<std::size_t>(l)] +=
+          static_cast<std::int64_t>(recv.expert_rows[static_cast<std::size_t>(l)].size());
+    for (int j = 0; j < ep_->size(); ++j) {
+      load_->rows_sent[static_cast<std::size_t>(j)] += plan.send_rows[static_cast<std::size_t>(j)];
+      load_->rows_received[static_cast<std::size_t>(j)] +=
+          recv.recv_rows[static_cast<std::size_t>(j)];
+    }
+  }
+  nn::MoeLayerStats stats; // this rank's tokens, as one rank reports a micro-batch
+  stats.layer = layer_;
+  stats.assignments = N * k;
+  stats.dropped = r.dropped;
+  for (const auto& kept : r.kept)
+    stats.tokens_per_expert.push_back(static_cast<std::int64_t>(kept.size()));
+  stats.aux_loss = r.aux_loss.item();
+  stats.z_loss = r.z_loss.item();
+  return nn::FeedForwardOutput{y, r.aux_loss, r.z_loss, stats};
+}
+
+} // namespace tinyscale::ep

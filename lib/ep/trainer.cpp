@@ -1,0 +1,167 @@
+#include "ep/trainer.hpp"
+
+#include "comm/tensor_comm.hpp"
+#include "core/error.hpp"
+#include "dp/accumulate.hpp"
+#include "dp/trainer.hpp"
+#include "ep/moe_layer.hpp"
+#include "optim/clip.hpp"
+
+#include <cmath>
+
+namespace tinyscale::ep {
+
+void check_ep_layout(const io::RunConfig& config, int data_parallel, int ep) {
+  const nn::MoeConfig& moe = config.model.moe;
+  TS_CHECK(ep >= 1, "expert parallelism: expected ep >= 1, found ", ep);
+  TS_CHECK(moe.every > 0, "expert parallelism: expected a MoE model (model.moe.every > 0), found "
+                          "a dense one; use a MoE config such as configs/moe-tiny.toml");
+  TS_CHECK(moe.top_k <= moe.n_experts, "expert parallelism: expected model.moe.top_k (", moe.top_k,
+           ") <= model.moe.n_experts (", moe.n_experts, ")");
+  ExpertPlacement(moe.n_experts, ep); // n_experts % ep == 0
+  TS_CHECK(data_parallel >= 1 && data_parallel % ep == 0, "expert parallelism: expected ep (", ep,
+           ") to divide the data-parallel size (", data_parallel,
+           "): the experts are spread over ep of the data-parallel ranks; choose an ep that "
+           "divides ",
+           data_parallel, " or run ", ep, " x k data-parallel ranks");
+  const auto& t = config.train;
+  const std::int64_t n = data_parallel;
+  TS_CHECK(t.micro_batches >= 1 && t.batch_size % (n * t.micro_batches) == 0,
+           "expert parallelism: expected train.batch_size (", t.batch_size,
+           ") to divide by the data-parallel size (", n, ") x train.micro_batches (",
+           t.micro_batches, ") = ", n * t.micro_batches, "; choose a batch size that is a ",
+           "multiple of ", n * t.micro_batches);
+}
+
+// Both wrappers skip or make their all-reduces together (gradient accumulation's no_sync).
+struct EpTrainer::SyncBoth : dp::GradientSync {
+  dp::DataParallel *dense, *experts;
+  SyncBoth(dp::DataParallel* d, dp::DataParallel* e) : dense(d), experts(e) {}
+  bool syncing() const override { return dense->syncing(); }
+  void set_syncing(bool s) override { dense->set_syncing(s), experts->set_syncing(s); }
+};
+
+namespace {
+const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicator& dp,
+                             const comm::Communicator& ep, const comm::Communicator& edp) {
+  check_ep_layout(config, dp.size(), ep.size());
+  TS_CHECK(edp.size() * ep.size() == dp.size(), "expert parallelism: expected the ",
+           "expert-data-parallel group (", edp.size(), " ranks) x ep (", ep.size(),
+           ") to make the data-parallel group (", dp.size(), " ranks); build the groups from one ",
+           "mesh::Mesh (\"dp x cp\", \"ep\" and \"dp x cp x ep\")");
+  return config;
+}
+} // namespace
+
+EpTrainer::EpTrainer(io::RunConfig config, comm::Communicator& data_parallel,
+                     comm::Communicator& ep, comm::Communicator& expert_data_parallel,
+                     EpOptions options, metrics::TraceRecorder* trace)
+    : config_(checked(config, data_parallel, ep, expert_data_parallel)), dp_(&data_parallel),
+      ep_(&ep), edp_(&expert_data_parallel),
+      placement_(config.model.moe.n_experts, ep.size(), options.placement),
+      trace_(trace != nullptr ? trace : &no_trace_) {
+  for (int l = 0; l < config_.model.n_layer; ++l)
+    if (config_.model.is_moe_layer(l)) loads_.push_back(std::make_unique<EpLayerLoad>());
+  std::size_t next = 0;
+  auto layer_factory = [&](nn::ParameterList& params, const std::string& name, int layer,
+                           const nn::ModelConfig& model, std::uint64_t seed) {
+    return std::make_unique<EpMoeFeedForward>(params, name, layer, model, seed, *ep_, placement_,
+                                              loads_.at(next++).get(), options.use_gates);
+  };
+  trainer_ = std::make_unique<train::Trainer>(config_, layer_factory);
+  for (const auto& p : trainer_->model().parameters())
+    (is_expert_parameter(p.name) ? expert_params_ : dense_params_).push_back(p);
+  rows_ = config_.train.batch_size / (dp_->size() * config_.train.micro_batches);
+  dense_sync_ = std::make_unique<dp::DataParallel>(dense_params_, *dp_, dp::DpOptions{}, trace_);
+  expert_sync_ = std::make_unique<dp::DataParallel>(expert_params_, *edp_, dp::DpOptions{}, trace_);
+  sync_ = std::make_unique<SyncBoth>(dense_sync_.get(), expert_sync_.get());
+}
+
+EpTrainer::~EpTrainer() = default;
+
+train::StepResult EpTrainer::train_step() {
+  const auto start = std::chrono::steady_clock::now();
+  const train::TrainConfig& t = config_.train;
+  const std::int64_t k = t.micro_batches, rank = dp_->rank();
+  const std::int64_t global_tokens = t.batch_size * t.seq_len, tokens = rows_ * t.seq_len;
+  for (auto& l : loads_) l->reset();
+  train::StepResult r;
+  trainer_->zero_grad();
+  // Chapter 04's rows: data-parallel rank r runs rows [(r k + m) b, +b) for micro-batch m.
+  dp::accumulate_gradients(
+      *sync_, k, global_tokens,
+      [&](std::int64_t m) {
+        metrics::TraceRecorder::Scope scope(*trace_, "compute", "forward " + std::to_string(m),
+                                            "forward");
+        nn::ModelOutput out = trainer_->forward_micro_batch((rank * k + m) * rows_, rows_);
+        train::Trainer::add_micro_batch(
+            r, out, static_cast<double>(tokens) / static_cast<double>(global_tokens));
+        return dp::MicroBatchLoss{out.loss, tokens};
+      },
+      *trace_);
+  dense_sync_->finish_gradient_sync();
+  expert_sync_->finish_gradient_sync();
+  dp::reduce_step_result(*dp_, r);
+  metrics::TraceRecorder::Scope scope(*trace_, "compute", "optimizer", "optimizer");
+  // The norm of the whole model: the dense gradients are equal on every rank (count them once);
+  // each expert lives on one rank of the ep group, so its squares are summed over ep.
+  trainer_->finish_step(r, start, [this] {
+    const double dense = optim::global_grad_norm(dense_params_);
+    const double mine = optim::global_grad_norm(expert_params_);
+    Tensor experts = Tensor::from_vector(
+        {mine * mine}, Shape({1}), DType::Float64,
+        ep_->buffer_memory() == Device::Kind::CUDA ? trainer_->device() : Device::cpu());
+    comm::all_reduce(*ep_, experts);
+    return std::sqrt(dense * dense + experts.item());
+  });
+  return r;
+}
+
+double EpTrainer::evaluate() const { return trainer_->evaluate(); }
+
+std::vector<EpLayerLoad> EpTrainer::load() const {
+  std::vector<EpLayerLoad> out;
+  for (const auto& l : loads_) out.push_back(*l);
+  return out;
+}
+
+std::int64_t EpTrainer::parameter_count() const {
+  return nn::count_elements(dense_params_) + nn::count_elements(expert_params_) * ep_->size();
+}
+
+std::vector<std::vector<EpLayerLoad>> all_gather_load(comm::Communicator& group,
+                                                      const std::vector<EpLayerLoad>& mine) {
+  // Flatten to doubles (counts are exact up to 2^53): per layer the vectors, then the scalars.
+  std::vector<double> flat;
+  for (const auto& l : mine) {
+    for (auto v : l.expert_rows) flat.push_back(static_cast<double>(v));
+    for (auto v : l.rows_sent) flat.push_back(static_cast<double>(v));
+    for (auto v : l.rows_received) flat.push_back(static_cast<double>(v));
+    for (int e : l.experts) flat.push_back(e);
+    flat.insert(flat.end(),
+                {static_cast<double>(l.layer), static_cast<double>(l.ep_rank),
+                 static_cast<double>(l.bytes_sent), static_cast<double>(l.bytes_received),
+                 l.dispatch_seconds, l.compute_seconds, l.combine_seconds, l.backward_seconds});
+  }
+  const auto n = static_cast<std::int64_t>(flat.size());
+  const Tensor all = comm::all_gather(group, Tensor::from_vector(flat, Shape({n}), DType::Float64));
+  const std::vector<double> v = all.to_vector();
+  std::vector<std::vector<EpLayerLoad>> out(static_cast<std::size_t>(group.size()), mine);
+  std::size_t i = 0;
+  for (auto& rank : out)
+    for (auto& l : rank) {
+      for (auto& x : l.expert_rows) x = static_cast<std::int64_t>(v[i++]);
+      for (auto& x : l.rows_sent) x = static_cast<std::int64_t>(v[i++]);
+      for (auto& x : l.rows_received) x = static_cast<std::int64_t>(v[i++]);
+      for (auto& e : l.experts) e = static_cast<int>(v[i++]);
+      l.layer = static_cast<int>(v[i++]);
+      l.ep_rank = static_cast<int>(v[i++]);
+      l.bytes_sent = static_cast<std::int64_t>(v[i++]);
+      l.bytes_received = static_cast<std::int64_t>(v[i++]);
+      l.dispatch_seconds = v[i++], l.compute_seconds = v[i++], l.combine_seconds = v[i++];
+      l.backward_seconds = v[i++];
+    }
+  return out;
+}
+
+} // namespace tinyscale::ep

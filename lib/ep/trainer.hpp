@@ -1,0 +1,90 @@
+// The expert-parallel training loop (chapter 08): data parallelism with the experts of every MoE
+// layer spread over ep ranks inside it. The D data-parallel ranks each run their own rows of the
+// global batch (chapter 04's layout); the ep ranks of one expert-parallel group exchange tokens
+// in every MoE layer. After backward, non-expert gradients are all-reduced over all D ranks and
+// expert gradients over the D / ep ranks that hold the same experts (the expert-data-parallel
+// group); the clipping norm adds the experts' squares over the ep group.
+// The easy thing to get wrong: reducing the experts' gradients over all D ranks. The shapes
+// match (rank 0's expert 0 is shaped like rank 1's expert 2), so nothing fails, but different
+// experts' gradients get added together; the sum must run over the ranks holding the same expert.
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "dp/data_parallel.hpp"
+#include "ep/load.hpp"
+#include "ep/placement.hpp"
+#include "io/config.hpp"
+#include "metrics/trace.hpp"
+#include "train/trainer.hpp"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tinyscale::ep {
+
+/// How a run is split over expert-parallel ranks.
+struct EpOptions {
+  PlacementKind placement = PlacementKind::Contiguous;
+  /// For tests only: false makes the combine ignore the gates (the negative control).
+  bool use_gates = true;
+};
+
+/// Throws, before any work, unless an expert-parallel run of `config` fits: MoE layers present,
+/// n_experts divisible by ep, top_k <= n_experts, ep dividing the data-parallel size
+/// (`data_parallel` = D, the ranks that each run their own rows), batch_size divisible by
+/// D x micro_batches.
+void check_ep_layout(const io::RunConfig& config, int data_parallel, int ep);
+
+/// One rank's model (router and dense parts replicated, its own experts), optimizer and data.
+class EpTrainer {
+public:
+  /// Collective over the three groups. `data_parallel`: every data-parallel rank (size D; the
+  /// mesh's "dp x cp x ep"); `ep`: this rank's expert-parallel group (size ep, dividing D);
+  /// `expert_data_parallel`: the D / ep ranks holding the same experts (the mesh's "dp x cp").
+  /// The groups must outlive the trainer.
+  EpTrainer(io::RunConfig config, comm::Communicator& data_parallel, comm::Communicator& ep,
+            comm::Communicator& expert_data_parallel, EpOptions options = {},
+            metrics::TraceRecorder* trace = nullptr);
+  ~EpTrainer();
+
+  /// Collective: one optimizer step on the global batch; every rank returns the same losses,
+  /// norm and MoE counts (reduced over the data-parallel group).
+  train::StepResult train_step();
+  /// Collective over ep: the mean validation cross-entropy (every rank runs the whole batch).
+  double evaluate() const;
+
+  /// This rank's load statistics of the last step, one entry per MoE layer.
+  std::vector<EpLayerLoad> load() const;
+  const ExpertPlacement& placement() const { return placement_; }
+  train::Trainer& trainer() { return *trainer_; }
+  const train::Trainer& trainer() const { return *trainer_; }
+  /// Rows of one micro-batch on this rank: batch_size / (D x micro_batches).
+  std::int64_t micro_batch_rows() const { return rows_; }
+  /// Elements of the whole model (every expert counted once).
+  std::int64_t parameter_count() const;
+
+private:
+  struct SyncBoth;
+  io::RunConfig config_;
+  comm::Communicator* dp_;
+  comm::Communicator* ep_;
+  comm::Communicator* edp_;
+  ExpertPlacement placement_;
+  std::vector<std::unique_ptr<EpLayerLoad>> loads_; // owned here: the layers point at them
+  std::unique_ptr<train::Trainer> trainer_;
+  nn::ParameterList dense_params_, expert_params_;
+  metrics::TraceRecorder* trace_;
+  metrics::TraceRecorder no_trace_;
+  std::unique_ptr<dp::DataParallel> dense_sync_, expert_sync_;
+  std::unique_ptr<SyncBoth> sync_;
+  std::int64_t rows_ = 0;
+};
+
+/// Collective over `group`: every rank's load (all with the same layers and ep size), in group
+/// rank order.
+std::vector<std::vector<EpLayerLoad>> all_gather_load(comm::Communicator& group,
+                                                      const std::vector<EpLayerLoad>& mine);
+
+} // namespace tinyscale::ep

@@ -1,0 +1,123 @@
+// The proof of chapter 08, shared by the threads tests (label parallel) and the mpi tests (label
+// mpi): D data-parallel ranks with the experts spread over ep of them train exactly like one
+// rank on the whole batch (D x k micro-batches of b rows, as chapter 04's reference). Compared
+// after 3 AdamW steps, fp32, relative error <= 1e-5 per tensor (dp_equivalence.hpp says why per
+// tensor): every step's loss and gradient norm, every step's dropped-assignment count and tokens
+// per expert per MoE layer (exactly), every parameter's gradient after step 1 and every parameter
+// at the end. The expert-parallel side's experts are joined over the ep group by name first.
+// Learning rate 1e-4 (chapter 04 uses 1e-3), as in chapter 05: each expert runs one GEMM over
+// the rows of every source rank where one rank runs one GEMM per micro-batch, so its weight
+// gradient sums the same products in another order, and AdamW's first steps (about lr x sign(g))
+// turn that rounding on near-zero gradient elements into steps of up to lr. Worst fp32 errors
+// over the threads cases: 6.2e-5 at lr 1e-3, 6.2e-6 at 1e-4; float64 equals one rank to 2e-13.
+#pragma once
+
+#include "dp_equivalence.hpp"
+
+#include "comm/tensor_comm.hpp"
+#include "ep/trainer.hpp"
+#include "mesh/mesh.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tinyscale::test {
+
+/// A run's record plus its routing counts, per step and MoE layer.
+struct EpRecord {
+  RunRecord run;
+  std::vector<std::int64_t> dropped;           ///< per step, per layer
+  std::vector<std::int64_t> tokens_per_expert; ///< per step, per layer, per expert
+};
+
+/// The run both sides train: 4 experts in both blocks, D x b x k sequences per step.
+inline io::RunConfig ep_run_config(int d, int b, int k, int top_k, double capacity_factor,
+                                   DType dtype = DType::Float32) {
+  io::RunConfig c = dp_run_config(d, b, k, true, dtype);
+  c.model.moe = {1, 4, top_k, capacity_factor, 1e-2, 1e-3};
+  c.optim.lr = 1e-4; // see the top of this file
+  return c;
+}
+
+inline void record_routing(EpRecord& r, const train::StepResult& step) {
+  for (const auto& s : step.moe) {
+    r.dropped.push_back(s.dropped);
+    r.tokens_per_expert.insert(r.tokens_per_expert.end(), s.tokens_per_expert.begin(),
+                               s.tokens_per_expert.end());
+  }
+}
+
+/// One rank with D x k micro-batches (the oracle).
+inline EpRecord ep_reference_run(io::RunConfig config, int d) {
+  config.train.micro_batches *= d;
+  train::Trainer trainer(config);
+  EpRecord r;
+  for (int s = 0; s < config.train.steps; ++s) {
+    const train::StepResult step = trainer.train_step();
+    r.run.losses.push_back(step.loss);
+    r.run.grad_norms.push_back(step.grad_norm);
+    record_routing(r, step);
+    if (s == 0) record_grads(r.run, trainer.model().parameters());
+  }
+  record_params(r.run, trainer.model().parameters());
+  return r;
+}
+
+/// Collective over `ep`: the single-rank parameter list (names and order of nn::GPT), each
+/// expert's tensor (or gradient, `grads`) taken from the rank that holds it.
+inline std::vector<std::pair<std::string, std::vector<double>>>
+joined(const ep::EpTrainer& trainer, comm::Communicator& ep, bool grads) {
+  const io::RunConfig& config = trainer.trainer().config();
+  const nn::GPT layout(config.model, config.train.seed); // names, shapes and order of one rank
+  const nn::ParameterList& mine = trainer.trainer().model().parameters();
+  std::vector<std::pair<std::string, std::vector<double>>> out;
+  for (const auto& p : layout.parameters()) {
+    const int e = ep::expert_index(p.name);
+    const int owner = e < 0 ? ep.rank() : trainer.placement().owner(e);
+    Tensor value = Tensor::zeros(p.tensor.shape(), p.tensor.dtype());
+    if (owner == ep.rank()) {
+      const Tensor t = nn::find_parameter(mine, p.name).tensor;
+      const Tensor g = t.grad();
+      if (!grads)
+        value = t.clone();
+      else if (g.defined())
+        value = g.clone();
+    }
+    if (e >= 0) comm::broadcast(ep, value, owner);
+    out.emplace_back(p.name, value.to_vector());
+  }
+  return out;
+}
+
+/// This rank's side of an expert-parallel run on `mesh` (its "dp x cp x ep", "ep" and
+/// "dp x cp" groups).
+inline EpRecord ep_run(mesh::Mesh& mesh, const io::RunConfig& config, ep::EpOptions options = {}) {
+  comm::Communicator& ep = mesh.group(mesh::Axis::Ep);
+  ep::EpTrainer trainer(config, mesh.group("dp x cp x ep"), ep, mesh.group("dp x cp"), options);
+  EpRecord r;
+  for (int s = 0; s < config.train.steps; ++s) {
+    const train::StepResult step = trainer.train_step();
+    r.run.losses.push_back(step.loss);
+    r.run.grad_norms.push_back(step.grad_norm);
+    record_routing(r, step);
+    if (s == 0) r.run.first_grads = joined(trainer, ep, true);
+  }
+  r.run.params = joined(trainer, ep, false);
+  return r;
+}
+
+/// The mesh of D data-parallel ranks with ep inside: dp axis D / ep, ep axis ep.
+inline mesh::MeshLayout ep_layout(int d, int ep) {
+  return mesh::MeshLayout(mesh::MeshShape{d / ep, 1, 1, ep, 1});
+}
+
+/// "" when `got` equals `want` (routing counts exactly, the rest within `tolerance`).
+inline std::string compare_ep_runs(const EpRecord& want, const EpRecord& got, double tolerance) {
+  if (want.dropped != got.dropped) return "dropped-assignment counts differ from one rank's";
+  if (want.tokens_per_expert != got.tokens_per_expert)
+    return "tokens per expert differ from one rank's";
+  return compare_runs(want.run, got.run, tolerance);
+}
+
+} // namespace tinyscale::test

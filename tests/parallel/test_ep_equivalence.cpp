@@ -1,0 +1,140 @@
+// Chapter 08's proof on the threads backend: expert parallelism (ep = 2 and 4 inside D = 2 or 4
+// data-parallel ranks) equals one rank on the whole batch, for top-1 and top-2, capacity factors
+// 1.0 and 1.25 and dropless routing, both placements, with accumulation (tests/ep_equivalence.hpp
+// says exactly what is compared); a combine that ignores the gates is caught; bad layouts are
+// refused before any work.
+#include "ep_equivalence.hpp"
+#include "require_ts_error.hpp"
+
+#include "comm/launch.hpp"
+#include "rank_checks.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tinyscale;
+using namespace tinyscale::test;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+// Runs the expert-parallel side on D thread ranks; returns rank 0's record after checking that
+// every rank ended with the same joined record.
+EpRecord threads_ep_run(int d, int ep, const io::RunConfig& config, ep::EpOptions options = {}) {
+  std::vector<EpRecord> records(static_cast<std::size_t>(d));
+  comm::run_threads(
+      d,
+      [&](comm::Communicator& world) {
+        mesh::Mesh mesh(world, ep_layout(d, ep));
+        records[static_cast<std::size_t>(world.rank())] = ep_run(mesh, config, options);
+      },
+      comm::testing::test_options(std::chrono::seconds(30)));
+  for (int r = 1; r < d; ++r) {
+    INFO("rank " << r << " against rank 0");
+    REQUIRE(compare_ep_runs(records[0], records[static_cast<std::size_t>(r)], 0.0) == "");
+  }
+  return records[0];
+}
+
+struct Case {
+  int d, ep, b, k, top_k;
+  double capacity_factor;
+  ep::PlacementKind placement = ep::PlacementKind::Contiguous;
+};
+
+void require_equivalent(const Case& c, DType dtype = DType::Float32,
+                        double tolerance = kTolerance) {
+  const io::RunConfig config = ep_run_config(c.d, c.b, c.k, c.top_k, c.capacity_factor, dtype);
+  const EpRecord want = ep_reference_run(config, c.d);
+  const EpRecord got = threads_ep_run(c.d, c.ep, config, {c.placement, true});
+  std::int64_t dropped = 0;
+  for (auto n : want.dropped) dropped += n;
+  INFO("D = " << c.d << ", ep = " << c.ep << ", b = " << c.b << ", k = " << c.k << ", top-"
+              << c.top_k << ", capacity factor " << c.capacity_factor << " ("
+              << ep::placement_name(c.placement) << "): " << dropped
+              << " assignments dropped over the run; worst relative error "
+              << worst_error(want.run, got.run));
+  if (c.capacity_factor > 0 && c.capacity_factor < 1.1) CHECK(dropped > 0); // capacity bites
+  if (c.capacity_factor <= 0) CHECK(dropped == 0);                          // dropless
+  REQUIRE(compare_ep_runs(want, got, tolerance) == "");
+}
+
+} // namespace
+
+TEST_CASE("Expert parallel ep = 2 equals one rank: losses, drops, gradients and parameters after "
+          "3 AdamW steps (fp32, rel 1e-5)",
+          "[parallel][ep]") {
+  SECTION("top-1, capacity 1.0") { require_equivalent({2, 2, 2, 1, 1, 1.0}); }
+  SECTION("top-2, capacity 1.25, 2 micro-batches") { require_equivalent({2, 2, 1, 2, 2, 1.25}); }
+  SECTION("top-2, dropless") { require_equivalent({2, 2, 2, 1, 2, 0.0}); }
+  SECTION("top-1, capacity 1.25, round-robin placement") {
+    require_equivalent({2, 2, 2, 1, 1, 1.25, ep::PlacementKind::RoundRobin});
+  }
+}
+
+TEST_CASE("Expert parallel ep = 4 (one expert per rank) equals one rank (fp32, rel 1e-5)",
+          "[parallel][ep]") {
+  SECTION("top-2, capacity 1.0") { require_equivalent({4, 4, 1, 1, 2, 1.0}); }
+  SECTION("top-1, dropless, 2 micro-batches") { require_equivalent({4, 4, 1, 2, 1, 0.0}); }
+}
+
+TEST_CASE("Expert parallel ep = 2 inside D = 4 (two expert-data-parallel replicas) equals one "
+          "rank (fp32, rel 1e-5)",
+          "[parallel][ep]") {
+  SECTION("top-2, capacity 1.0") { require_equivalent({4, 2, 1, 1, 2, 1.0}); }
+  SECTION("top-1, capacity 1.25, round-robin") {
+    require_equivalent({4, 2, 1, 2, 1, 1.25, ep::PlacementKind::RoundRobin});
+  }
+}
+
+TEST_CASE("Expert parallel in float64 with biases equals one rank to 1e-10", "[parallel][ep]") {
+  require_equivalent({2, 2, 1, 2, 2, 1.0}, DType::Float64, 1e-10);
+}
+
+TEST_CASE("Negative control: a combine that ignores the gate weights breaks the equivalence",
+          "[parallel][ep]") {
+  const io::RunConfig config = ep_run_config(2, 2, 1, 2, 1.0);
+  const EpRecord want = ep_reference_run(config, 2);
+  const EpRecord got = threads_ep_run(2, 2, config, {ep::PlacementKind::Contiguous, false});
+  const std::string difference = compare_ep_runs(want, got, kTolerance);
+  INFO("the comparison reports: " << difference);
+  CHECK_FALSE(difference.empty());
+}
+
+TEST_CASE("Expert parallelism refuses a bad layout before any work, naming the fix",
+          "[parallel][ep]") {
+  io::RunConfig config = ep_run_config(4, 1, 1, 2, 1.0);
+  SECTION("experts not divisible by ep") {
+    config.model.moe.n_experts = 6;
+    REQUIRE_TS_ERROR(ep::check_ep_layout(config, 4, 4), Catch::Contains("to divide by ep (4)"));
+  }
+  SECTION("ep not dividing the data-parallel size") {
+    REQUIRE_TS_ERROR(ep::check_ep_layout(config, 2, 4),
+                     Catch::Contains("to divide the data-parallel size (2)"));
+  }
+  SECTION("top-k larger than the number of experts") {
+    config.model.moe.n_experts = 1;
+    REQUIRE_TS_ERROR(ep::check_ep_layout(config, 1, 1), Catch::Contains("model.moe.top_k (2) <= "));
+  }
+  SECTION("a dense model") {
+    config.model.moe = {};
+    REQUIRE_TS_ERROR(ep::check_ep_layout(config, 2, 2), Catch::Contains("expected a MoE model"));
+  }
+  SECTION("the trainer checks on every rank before building anything") {
+    config.model.moe.n_experts = 6;
+    std::vector<std::string> errors(4);
+    comm::run_threads(
+        4,
+        [&](comm::Communicator& world) {
+          mesh::Mesh mesh(world, ep_layout(4, 4));
+          try {
+            ep::EpTrainer t(config, mesh.group("dp x cp x ep"), mesh.group(mesh::Axis::Ep),
+                            mesh.group("dp x cp"));
+          } catch (const Error& e) {
+            errors[static_cast<std::size_t>(world.rank())] = e.what();
+          }
+        },
+        comm::testing::test_options(std::chrono::seconds(10)));
+    for (const auto& e : errors) CHECK_THAT(e, Catch::Contains("model.moe.n_experts (6)"));
+  }
+}
