@@ -55,6 +55,21 @@ public:
   /// Collective over ep: the mean validation cross-entropy (every rank runs the whole batch).
   double evaluate() const;
 
+  /// Collective over every group: joins the experts over ep and writes a checkpoint in the
+  /// single-rank layout (every expert by its global name, AdamW state and step counts in
+  /// nn::GPT's parameter order) from data-parallel rank 0; returns its directory on every rank.
+  /// One rank, or any ep, loads it.
+  std::string save_checkpoint() const;
+  /// Loads a single-rank-layout checkpoint (from train::Trainer, or any ep) and keeps this rank's
+  /// experts; the config must match as for train::Trainer::resume.
+  void resume(const std::string& path);
+
+  std::int64_t step() const { return trainer_->step(); }
+  Device device() const { return trainer_->device(); }
+  double flops_per_token() const { return trainer_->flops_per_token(); }
+  const data::TokenDataset& dataset() const { return trainer_->dataset(); }
+  const io::RunConfig& config() const { return config_; }
+
   /// This rank's load statistics of the last step, one entry per MoE layer.
   std::vector<EpLayerLoad> load() const;
   const ExpertPlacement& placement() const { return placement_; }

@@ -182,8 +182,9 @@ void check_same_run(const io::RunConfig& saved, const io::RunConfig& now, const 
            "schedule does not depend on train.steps");
 }
 
-void Trainer::resume(const std::string& path) {
-  io::Checkpoint c = io::read_checkpoint(path);
+void Trainer::resume(const std::string& path) { restore(io::read_checkpoint(path), path); }
+
+void Trainer::restore(const io::Checkpoint& c, const std::string& path) {
   // Check everything before changing anything, so a refused resume leaves the trainer as it was.
   check_same_run(io::parse_config(c.config_toml, path + " (manifest config)"), config_, path);
   std::map<std::string, Tensor> saved(c.model.begin(), c.model.end());

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "data/dataset.hpp"
+#include "io/checkpoint.hpp"
 #include "io/config.hpp"
 #include "nn/gpt.hpp"
 #include "optim/adamw.hpp"
@@ -53,6 +54,10 @@ public:
   /// Restores model, optimizer and step from a checkpoint (a step directory or a checkpoint
   /// root); the checkpoint's parameter names and shapes must match this model.
   void resume(const std::string& path);
+  /// resume() from a checkpoint already read from `path` (named in messages): checks the config,
+  /// every parameter's name and shape and the optimizer state before changing anything. A
+  /// parallel trainer passes the part of a checkpoint this rank holds (chapter 08).
+  void restore(const io::Checkpoint& checkpoint, const std::string& path);
   /// Writes a checkpoint of the current state under train.checkpoint_dir; returns its directory.
   std::string save_checkpoint() const;
 

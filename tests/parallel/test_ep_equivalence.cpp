@@ -5,6 +5,7 @@
 // refused before any work.
 #include "ep_equivalence.hpp"
 #include "require_ts_error.hpp"
+#include "scratch_dir.hpp"
 
 #include "comm/launch.hpp"
 #include "rank_checks.hpp"
@@ -137,4 +138,62 @@ TEST_CASE("Expert parallelism refuses a bad layout before any work, naming the f
         comm::testing::test_options(std::chrono::seconds(10)));
     for (const auto& e : errors) CHECK_THAT(e, Catch::Contains("model.moe.n_experts (6)"));
   }
+}
+
+TEST_CASE("Expert-parallel checkpoints are in the single-rank layout: ep = 2 saves, plain data "
+          "parallelism resumes, and the reverse, with the uninterrupted run's losses",
+          "[parallel][ep]") {
+  testing::ScratchDir dir;
+  io::RunConfig config = ep_run_config(2, 1, 1, 2, 1.0);
+  config.train.checkpoint_dir = dir / "ckpt";
+  const EpRecord want = ep_reference_run(config, 2);
+  auto mesh_of = [](comm::Communicator& world) {
+    return std::make_unique<mesh::Mesh>(world, ep_layout(2, 2));
+  };
+  std::vector<std::vector<double>> losses(2);
+  SECTION("ep = 2 saves after step 1; data parallel (ep = 1) resumes") {
+    comm::run_threads(
+        2,
+        [&](comm::Communicator& world) {
+          auto mesh = mesh_of(world);
+          std::string path;
+          {
+            ep::EpTrainer t(config, mesh->group("dp x cp x ep"), mesh->group(mesh::Axis::Ep),
+                            mesh->group("dp x cp"));
+            t.train_step();
+            path = t.save_checkpoint();
+          }
+          dp::DpTrainer resumed(config, world);
+          resumed.trainer().resume(path);
+          for (int s = 1; s < 3; ++s)
+            losses[static_cast<std::size_t>(world.rank())].push_back(resumed.train_step().loss);
+        },
+        comm::testing::test_options(std::chrono::seconds(30)));
+  }
+  SECTION("data parallel saves after step 1; ep = 2 resumes") {
+    comm::run_threads(
+        2,
+        [&](comm::Communicator& world) {
+          auto mesh = mesh_of(world);
+          std::string path = config.train.checkpoint_dir + "/" + io::checkpoint_dir_name(1);
+          {
+            dp::DpTrainer t(config, world);
+            t.train_step();
+            if (world.rank() == 0) t.trainer().save_checkpoint();
+            world.barrier();
+          }
+          ep::EpTrainer resumed(config, mesh->group("dp x cp x ep"), mesh->group(mesh::Axis::Ep),
+                                mesh->group("dp x cp"));
+          resumed.resume(path);
+          for (int s = 1; s < 3; ++s)
+            losses[static_cast<std::size_t>(world.rank())].push_back(resumed.train_step().loss);
+        },
+        comm::testing::test_options(std::chrono::seconds(30)));
+  }
+  for (int r = 0; r < 2; ++r)
+    for (int s = 1; s < 3; ++s) {
+      INFO("rank " << r << ", step " << s + 1);
+      CHECK(relative_error(losses[static_cast<std::size_t>(r)][static_cast<std::size_t>(s - 1)],
+                           want.run.losses[static_cast<std::size_t>(s)]) < kTolerance);
+    }
 }
