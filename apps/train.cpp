@@ -1,5 +1,6 @@
-// `tinyscale train`: the training run of chapter 02, on one rank or data parallel (chapter 04:
-// --dp N on threads, or every rank of mpirun). It prints one line per train.log_every steps, a
+// `tinyscale train`: the training run of chapter 02, on one rank, data parallel (chapter 04:
+// --dp N on threads, or every rank of mpirun), tensor parallel (05: --tp) or expert parallel
+// (08: --ep). It prints one line per train.log_every steps, a
 // progress bar with ETA on an interactive terminal, validation loss beside the data's entropy
 // rate where it is known, writes JSON lines with --metrics and a Chrome trace with --trace.
 // Easy to get wrong: MFU needs a peak; without one it prints "n/a" and how to get one. Under data
@@ -7,6 +8,7 @@
 #include "comm/launch.hpp"
 #include "commands.hpp"
 #include "dp/trainer.hpp"
+#include "ep/trainer.hpp"
 #include "io/config.hpp"
 #include "mesh/mesh.hpp"
 #include "metrics/mfu.hpp"
@@ -40,6 +42,8 @@ struct TrainOptions {
   int dp = 0; // 0: one rank without the data-parallel wrapper (unless mpirun or --trace)
   int tp = 1; // tensor-parallel ranks (chapter 05); > 1 runs tp::TpTrainer
   bool sequence_parallel = false;
+  int ep = 1; // expert-parallel ranks (chapter 08); > 1 runs ep::EpTrainer inside dp
+  std::string ep_placement = "contiguous";
   std::string backend = "auto";
   std::int64_t bucket_kb = 256;
   bool no_overlap = false;
@@ -80,14 +84,21 @@ std::int64_t parameter_count(const train::Trainer& t) {
   return nn::count_elements(t.model().parameters());
 }
 std::int64_t parameter_count(const tp::TpTrainer& t) { return t.parameter_count(); }
+std::int64_t parameter_count(const ep::EpTrainer& t) { return t.parameter_count(); }
 
-// The loop, the same for one rank, data and tensor parallelism: `step` runs one step (collective
-// under parallelism); only the `root` rank prints and writes metrics. A tensor-parallel checkpoint
-// joins the shards, so every rank takes part in saving it (and rank 0 writes it).
+/// Adds what only a parallel run knows to a step's JSON line and terminal text (root only).
+using Annotate = std::function<void(const train::StepResult&, nlohmann::json&, std::string&)>;
+
+// The loop, the same for one rank, data, tensor and expert parallelism: `step` runs one step
+// (collective under parallelism); only the `root` rank prints and writes metrics. A tensor- or
+// expert-parallel checkpoint joins what the ranks hold, so every rank takes part in saving it
+// (and rank 0 writes it). `annotate` (optional) adds to each step's line.
 template <typename TrainerT>
 void run_loop(const TrainOptions& opt, const io::RunConfig& config, TrainerT& trainer,
-              const std::function<train::StepResult()>& step, bool root, int ranks) {
-  constexpr bool collective_save = std::is_same_v<TrainerT, tp::TpTrainer>;
+              const std::function<train::StepResult()>& step, bool root, int ranks,
+              const Annotate& annotate = {}) {
+  constexpr bool collective_save =
+      std::is_same_v<TrainerT, tp::TpTrainer> || std::is_same_v<TrainerT, ep::EpTrainer>;
   const train::TrainConfig& t = config.train;
   const bool resuming = opt.resume_latest || !opt.resume.empty();
   if (resuming) {
@@ -165,7 +176,6 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, TrainerT& tr
       evaluated = true;
       line["val_loss"] = val_loss;
     }
-    if (metrics) *metrics << line.dump() << "\n" << std::flush;
 
     char status[200];
     std::snprintf(status, sizeof status, "loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s",
@@ -177,6 +187,8 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, TrainerT& tr
                     r.aux_loss);
       text += m;
     }
+    if (annotate) annotate(r, line, text);
+    if (metrics) *metrics << line.dump() << "\n" << std::flush;
     if (r.step % std::max<std::int64_t>(1, t.log_every) == 0 || r.step == t.steps || eval_now) {
       if (interactive) std::cerr << "\r\033[K";
       std::printf("step %lld/%lld | %s | %s\n", static_cast<long long>(r.step),
@@ -275,6 +287,93 @@ void run_tp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
       opt, config, trainer, [&] { return trainer.train_step(); }, root, world.size());
 }
 
+// The terminal summary of a step's expert-parallel load, one row per rank (chapter 08).
+void print_ep_load(const std::vector<std::vector<ep::EpLayerLoad>>& ranks) {
+  std::printf("expert-parallel load of the last step, per rank (all MoE layers):\n"
+              "| rank | experts | rows processed | rows sent (to self) | bytes sent | dispatch ms "
+              "| experts ms | combine ms | backward a2a ms |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    std::int64_t rows = 0, sent = 0, self = 0, bytes = 0;
+    double dispatch = 0, compute = 0, combine = 0, backward = 0;
+    std::string experts;
+    for (const auto& l : ranks[r]) {
+      for (auto n : l.expert_rows) rows += n;
+      for (std::size_t j = 0; j < l.rows_sent.size(); ++j)
+        (j == static_cast<std::size_t>(l.ep_rank) ? self : sent) += l.rows_sent[j];
+      bytes += l.bytes_sent;
+      dispatch += l.dispatch_seconds, compute += l.compute_seconds;
+      combine += l.combine_seconds, backward += l.backward_seconds;
+      if (experts.empty())
+        for (int e : l.experts) {
+          if (!experts.empty()) experts += ",";
+          experts += std::to_string(e);
+        }
+    }
+    std::printf("| %zu | %s | %lld | %lld (%lld) | %lld | %.2f | %.2f | %.2f | %.2f |\n", r,
+                experts.c_str(), static_cast<long long>(rows), static_cast<long long>(sent + self),
+                static_cast<long long>(self), static_cast<long long>(bytes), dispatch * 1e3,
+                compute * 1e3, combine * 1e3, backward * 1e3);
+  }
+}
+
+// The worst MoE layer's imbalance: max / mean of the tokens its experts kept, over the batch.
+double worst_imbalance(const std::vector<nn::MoeLayerStats>& moe) {
+  double worst = 0;
+  for (const auto& s : moe) worst = std::max(worst, ep::imbalance(s.tokens_per_expert));
+  return worst;
+}
+
+// One rank of an expert-parallel run (chapter 08): --dp data-parallel ranks (the world), the
+// experts spread over --ep of them. The mesh's dp axis is the expert-data-parallel size dp / ep.
+void run_ep_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Communicator& world) {
+  const int dp = world.size();
+  TS_CHECK(opt.dp == 0 || opt.dp == dp, "train: expected ", opt.dp,
+           " ranks (--dp), found a world of ", dp,
+           " (mpirun -np decides the ranks under mpirun; pass the same --dp or leave it out)");
+  TS_CHECK(opt.trace_path.empty(), "train: --trace records data-parallel runs only (chapter 04); ",
+           "leave it out with --ep");
+  ep::check_ep_layout(config, dp, opt.ep); // before the mesh, with the words
+  mesh::Mesh mesh(world, mesh::MeshLayout(mesh::MeshShape{dp / opt.ep, 1, 1, opt.ep, 1}));
+  comm::Communicator& dense = mesh.group("dp x cp x ep");
+  ep::EpTrainer trainer(config, dense, mesh.group(mesh::Axis::Ep), mesh.group("dp x cp"),
+                        ep::EpOptions{ep::parse_placement(opt.ep_placement), true});
+  const bool root = world.rank() == 0;
+  if (root)
+    std::printf("expert parallel: ep %d inside dp %d (expert-data-parallel size %d, %s) | %lld "
+                "micro-batches of %lld rows per rank\nexperts: %s\n",
+                opt.ep, dp, dp / opt.ep, world.backend(),
+                static_cast<long long>(config.train.micro_batches),
+                static_cast<long long>(trainer.micro_batch_rows()),
+                trainer.placement().describe().c_str());
+  std::vector<std::vector<ep::EpLayerLoad>> loads; // every rank's, gathered after each step
+  auto step = [&] {
+    train::StepResult r = trainer.train_step();
+    loads = ep::all_gather_load(dense, trainer.load());
+    return r;
+  };
+  auto annotate = [&](const train::StepResult& r, nlohmann::json& line, std::string& text) {
+    std::int64_t bytes = 0;
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& rank : loads) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (const auto& l : rank) {
+        bytes = std::max(bytes, l.bytes_sent);
+        layers.push_back(nlohmann::json::parse(ep::to_json(l)));
+      }
+      ranks.push_back(layers);
+    }
+    const double imbalance = worst_imbalance(r.moe);
+    line["ep"] = {{"ep", opt.ep}, {"imbalance", imbalance}, {"ranks", ranks}};
+    char m[120];
+    std::snprintf(m, sizeof m, " | imbalance %.2f | a2a %.1f KiB/rank", imbalance,
+                  static_cast<double>(bytes) / 1024.0);
+    text += m;
+  };
+  run_loop(opt, config, trainer, step, root, dp, annotate);
+  if (root && !loads.empty()) print_ep_load(loads);
+}
+
 void run_train(const TrainOptions& opt) {
   if (opt.list_keys) {
     std::cout << io::describe_keys();
@@ -287,6 +386,14 @@ void run_train(const TrainOptions& opt) {
   const comm::Backend backend = comm::parse_backend(opt.backend);
   TS_CHECK(opt.tp > 1 || !opt.sequence_parallel, "train: --sp (sequence parallelism) needs ",
            "--tp 2 or more; found --tp ", opt.tp);
+  TS_CHECK(opt.ep == 1 || opt.tp == 1, "train: --ep with --tp (experts inside tensor ",
+           "parallelism) comes with chapter 10; run --ep inside data parallelism (--dp) only");
+  if (opt.ep > 1) {
+    // On threads the world is --dp (default: ep); under mpirun, -np.
+    comm::run_world(backend, opt.dp > 0 ? opt.dp : opt.ep,
+                    [&](comm::Communicator& world) { run_ep_rank(opt, config, world); });
+    return;
+  }
   if (opt.tp > 1) {
     comm::run_world(backend, std::max(1, opt.dp) * opt.tp,
                     [&](comm::Communicator& world) { run_tp_rank(opt, config, world); });
@@ -309,8 +416,8 @@ void run_train(const TrainOptions& opt) {
 void add_train(CLI::App& app) {
   auto opt = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand(
-      "train", "Train a GPT-2 (or MoE) model on one CPU rank, data parallel (--dp N, mpirun) or "
-               "tensor parallel (--tp N [--sp])");
+      "train", "Train a GPT-2 (or MoE) model on one CPU rank, data parallel (--dp N, mpirun), "
+               "tensor parallel (--tp N [--sp]) or expert parallel (--ep N)");
   cmd->add_option("--config", opt->config, "TOML run config, e.g. configs/tiny.toml");
   cmd->add_option("--set", opt->overrides,
                   "Override a config key: --set model.n_layer=4 (repeatable)");
@@ -334,6 +441,16 @@ void add_train(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_flag("--sp", opt->sequence_parallel,
                 "Sequence parallelism with --tp: LayerNorm and dropout on sequence shards");
+  cmd->add_option("--ep", opt->ep,
+                  "Expert-parallel ranks (chapter 08): each MoE layer's experts spread over N of "
+                  "the --dp data-parallel ranks (N divides dp and model.moe.n_experts); without "
+                  "--dp the world is N ranks")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--ep-placement", opt->ep_placement,
+                  "Which experts each ep rank holds: contiguous (rank r: r*E/ep ...) or "
+                  "round-robin (rank r: r, r+ep, ...)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"contiguous", "round-robin"}));
   cmd->add_option("--backend", opt->backend,
                   "Where the ranks (--dp, --tp) run: auto (mpi under mpirun, else threads), "
                   "threads, mpi")

@@ -12,14 +12,17 @@ std::string block_name(int layer) {
 }
 } // namespace
 
-Block::Block(ParameterList& params, int layer, const ModelConfig& config, std::uint64_t seed)
+Block::Block(ParameterList& params, int layer, const ModelConfig& config, std::uint64_t seed,
+             const MoeLayerFactory& moe_layer)
     : ln_1_(params, block_name(layer) + ".ln_1", config.n_embd, config.bias,
             config.layer_norm_epsilon, config.dtype),
       attn_(params, block_name(layer) + ".attn", config, seed),
       ln_2_(params, block_name(layer) + ".ln_2", config.n_embd, config.bias,
             config.layer_norm_epsilon, config.dtype) {
   const std::string mlp = block_name(layer) + ".mlp";
-  if (config.is_moe_layer(layer))
+  if (config.is_moe_layer(layer) && moe_layer)
+    mlp_ = moe_layer(params, mlp, layer, config, seed);
+  else if (config.is_moe_layer(layer))
     mlp_ = std::make_unique<moe::MoeFeedForward>(params, mlp, layer, config, seed);
   else
     mlp_ = std::make_unique<DenseFeedForward>(params, mlp, config, seed);
