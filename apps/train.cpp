@@ -355,12 +355,14 @@ void run_ep_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
   auto annotate = [&](const train::StepResult& r, nlohmann::json& line, std::string& text) {
     std::int64_t bytes = 0;
     nlohmann::json ranks = nlohmann::json::array();
-    for (const auto& rank : loads) {
+    for (const auto& rank : loads) { // bytes: the busiest rank's, over all its MoE layers
       nlohmann::json layers = nlohmann::json::array();
+      std::int64_t sent = 0;
       for (const auto& l : rank) {
-        bytes = std::max(bytes, l.bytes_sent);
+        sent += l.bytes_sent;
         layers.push_back(nlohmann::json::parse(ep::to_json(l)));
       }
+      bytes = std::max(bytes, sent);
       ranks.push_back(layers);
     }
     const double imbalance = worst_imbalance(r.moe);

@@ -113,11 +113,14 @@ inline mesh::MeshLayout ep_layout(int d, int ep) {
 }
 
 /// "" when `got` equals `want` (routing counts exactly, the rest within `tolerance`).
+/// Losses first: a wrong combine shows on step 1's loss, before it changes any routing.
 inline std::string compare_ep_runs(const EpRecord& want, const EpRecord& got, double tolerance) {
+  const std::string run = compare_runs(want.run, got.run, tolerance);
+  if (!run.empty()) return run;
   if (want.dropped != got.dropped) return "dropped-assignment counts differ from one rank's";
   if (want.tokens_per_expert != got.tokens_per_expert)
     return "tokens per expert differ from one rank's";
-  return compare_runs(want.run, got.run, tolerance);
+  return "";
 }
 
 } // namespace tinyscale::test

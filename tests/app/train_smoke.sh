@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end check of the `tinyscale` program (label app): a short training run with metrics and
 # checkpoints, a resume that continues where it stopped, a data-parallel run (--dp 2 --trace) whose
-# losses equal the single-rank run's and whose trace `tinyscale trace` draws, an export to the
-# Hugging Face layout, and a config typo that is refused with a suggestion. Usage: train_smoke.sh TINYSCALE SOURCE_DIR
+# losses equal the single-rank run's and whose trace `tinyscale trace` draws,
+# tensor and expert parallel runs that equal their references, an export to the
+# Hugging Face layout, and a config typo that is refused with a suggestion.
+# Usage: train_smoke.sh TINYSCALE SOURCE_DIR
 set -euo pipefail
 bin=$1
 src=$2
@@ -60,6 +62,50 @@ awk -v a="$(losses "$work/full.jsonl")" -v b="$(losses "$work/tp.jsonl")" 'BEGIN
 if "$bin" train "${common[@]}" --tp 3 2> "$work/tp_err.txt"; then fail "--tp 3 was accepted"; fi
 grep -q "model.n_head (.*) divisible by tp = 3" "$work/tp_err.txt" || fail "--tp 3: no clear error"
 
+# expert parallel on 2 thread ranks (moe-tiny): the same losses as plain data parallelism (rel
+# 1e-5), the placement in the header, every rank's load in the metrics, a checkpoint that
+# plain data parallelism resumes with the same losses, and ep not dividing dp refused
+moe=(--config "$src/configs/moe-tiny.toml" --set train.steps=4 --set train.eval_batches=1
+     --set train.log_every=2 --set train.checkpoint_every=2 --set optim.warmup_steps=2)
+"$bin" train "${moe[@]}" --dp 2 --set "train.checkpoint_dir=\"$work/ckpt_moe_dp\"" \
+  --metrics "$work/moe_dp.jsonl" > /dev/null
+"$bin" train "${moe[@]}" --dp 2 --set "train.checkpoint_dir=\"$work/ckpt_ep\"" --ep 2 \
+  --ep-placement round-robin --metrics "$work/ep.jsonl" > "$work/ep.txt"
+grep -q "expert parallel: ep 2 inside dp 2" "$work/ep.txt" || fail "--ep 2 did not say so"
+grep -q "round-robin: rank 0 holds experts 0,2, rank 1 holds experts 1,3" "$work/ep.txt" ||
+  fail "--ep 2 printed no placement"
+grep -q "| imbalance .* | a2a .* KiB/rank" "$work/ep.txt" || fail "--ep 2 printed no load per step"
+grep -q "^| 1 | 1,3 | " "$work/ep.txt" || fail "--ep 2 printed no per-rank load table"
+awk -v a="$(losses "$work/moe_dp.jsonl")" -v b="$(losses "$work/ep.jsonl")" 'BEGIN {
+  n = split(a, x, " "); m = split(b, y, " "); if (n != 4 || m != 4) exit 1
+  for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * x[i]) exit 1 } }' ||
+  fail "expert-parallel losses ($(losses "$work/ep.jsonl")) differ from data parallel's ($(losses "$work/moe_dp.jsonl"))"
+/usr/bin/python3 - "$work/ep.jsonl" <<'PY' || fail "the metrics' ep section is wrong"
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' not in l]
+assert len(steps) == 4, len(steps)
+for s in steps:
+    ranks = s["ep"]["ranks"]
+    assert s["ep"]["ep"] == 2 and len(ranks) == 2, s["ep"]
+    assert [r[0]["experts"] for r in ranks] == [[0, 2], [1, 3]], ranks
+    # the rows one rank sends to the other are the rows the other receives from it
+    assert ranks[0][0]["rows_sent"][1] == ranks[1][0]["rows_received"][0], ranks
+    # every expert's rows: the global step's tokens per expert
+    tpe = s["moe"][0]["tokens_per_expert"]
+    assert [tpe[0], tpe[2], tpe[1], tpe[3]] == ranks[0][0]["expert_rows"] + ranks[1][0]["expert_rows"]
+PY
+"$bin" train "${moe[@]}" --dp 2 --set "train.checkpoint_dir=\"$work/ckpt_ep\"" \
+  --resume "$work/ckpt_ep/step_00000002" --metrics "$work/ep_resumed.jsonl" > /dev/null ||
+  fail "plain data parallelism could not resume the ep = 2 checkpoint"
+awk -v a="$(tail_losses "$work/ep.jsonl" | tail -2 | tr '\n' ' ')" \
+    -v b="$(tail_losses "$work/ep_resumed.jsonl" | tail -2 | tr '\n' ' ')" 'BEGIN {
+  n = split(a, x, " "); m = split(b, y, " "); if (n != 2 || m != 2) exit 1
+  for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * x[i]) exit 1 } }' ||
+  fail "data parallel resumed from the ep = 2 checkpoint with other losses than the ep run's"
+if "$bin" train "${moe[@]}" --dp 2 --ep 4 2> "$work/ep_err.txt"; then fail "--dp 2 --ep 4 was accepted"; fi
+grep -q "expected ep (4) to divide the data-parallel size (2)" "$work/ep_err.txt" ||
+  fail "--ep 4 on 2 ranks: no clear error"
+
 "$bin" export-hf "$work/hf" --checkpoint "$work/ckpt" > /dev/null
 [ -s "$work/hf/config.json" ] && [ -s "$work/hf/model.safetensors" ] || fail "export-hf wrote nothing"
 grep -q '"model_type": *"gpt2"' "$work/hf/config.json" || fail "config.json is not GPT-2's"
@@ -68,4 +114,4 @@ if "$bin" train --config "$src/configs/tiny.toml" --set model.n_embed=32 2> "$wo
   fail "a misspelt key was accepted"
 fi
 grep -q "did you mean 'model.n_embd'" "$work/err.txt" || fail "no suggestion for a misspelt key"
-echo "train_smoke: train, metrics, resume, data parallel with a trace, tensor parallel, export-hf and config errors behave"
+echo "train_smoke: train, metrics, resume, data parallel with a trace, tensor parallel, expert parallel, export-hf and config errors behave"
