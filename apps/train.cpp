@@ -44,6 +44,7 @@ struct TrainOptions {
   bool sequence_parallel = false;
   int ep = 1; // expert-parallel ranks (chapter 08); > 1 runs ep::EpTrainer inside dp
   std::string ep_placement = "contiguous";
+  std::string ep_capacity = "local";
   std::string backend = "auto";
   std::int64_t bucket_kb = 256;
   bool no_overlap = false;
@@ -337,15 +338,18 @@ void run_ep_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
   mesh::Mesh mesh(world, mesh::MeshLayout(mesh::MeshShape{dp / opt.ep, 1, 1, opt.ep, 1}));
   comm::Communicator& dense = mesh.group("dp x cp x ep");
   ep::EpTrainer trainer(config, dense, mesh.group(mesh::Axis::Ep), mesh.group("dp x cp"),
-                        ep::EpOptions{ep::parse_placement(opt.ep_placement), true});
+                        ep::EpOptions{ep::parse_placement(opt.ep_placement),
+                                      ep::parse_capacity_scope(opt.ep_capacity), true});
   const bool root = world.rank() == 0;
   if (root)
     std::printf("expert parallel: ep %d inside dp %d (expert-data-parallel size %d, %s) | %lld "
-                "micro-batches of %lld rows per rank\nexperts: %s\n",
+                "micro-batches of %lld rows per rank\nexperts: %s | capacity: %s (%s)\n",
                 opt.ep, dp, dp / opt.ep, world.backend(),
                 static_cast<long long>(config.train.micro_batches),
                 static_cast<long long>(trainer.micro_batch_rows()),
-                trainer.placement().describe().c_str());
+                trainer.placement().describe().c_str(), opt.ep_capacity.c_str(),
+                opt.ep_capacity == "local" ? "each rank's micro-batch"
+                                           : "the ep group's micro-batches together");
   std::vector<std::vector<ep::EpLayerLoad>> loads; // every rank's, gathered after each step
   auto step = [&] {
     train::StepResult r = trainer.train_step();
@@ -453,6 +457,13 @@ void add_train(CLI::App& app) {
                   "round-robin (rank r: r, r+ep, ...)")
       ->capture_default_str()
       ->check(CLI::IsMember({"contiguous", "round-robin"}));
+  cmd->add_option("--ep-capacity", opt->ep_capacity,
+                  "Which tokens an expert's capacity counts: local (each rank's micro-batch, as "
+                  "one rank with dp x micro_batches micro-batches) or global (the ep ranks' "
+                  "micro-batches together, from an all-gather of counts, as one rank with "
+                  "dp/ep x micro_batches micro-batches)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"local", "global"}));
   cmd->add_option("--backend", opt->backend,
                   "Where the ranks (--dp, --tp) run: auto (mpi under mpirun, else threads), "
                   "threads, mpi")

@@ -1,6 +1,8 @@
 // The proof of chapter 08, shared by the threads tests (label parallel) and the mpi tests (label
 // mpi): D data-parallel ranks with the experts spread over ep of them train exactly like one
-// rank on the whole batch (D x k micro-batches of b rows, as chapter 04's reference). Compared
+// rank on the whole batch: with local capacity, one rank with D x k micro-batches of b rows (as
+// chapter 04's reference); with global capacity, one rank with D/ep x k micro-batches of ep x b
+// rows (an ep group's micro-batches pooled into one). Compared
 // after 3 AdamW steps, fp32, relative error <= 1e-5 per tensor (dp_equivalence.hpp says why per
 // tensor): every step's loss and gradient norm, every step's dropped-assignment count and tokens
 // per expert per MoE layer (exactly), every parameter's gradient after step 1 and every parameter
@@ -48,9 +50,10 @@ inline void record_routing(EpRecord& r, const train::StepResult& step) {
   }
 }
 
-/// One rank with D x k micro-batches (the oracle).
-inline EpRecord ep_reference_run(io::RunConfig config, int d) {
-  config.train.micro_batches *= d;
+/// One rank with `split` x k micro-batches (the oracle): split = D for local capacity, D / ep for
+/// global.
+inline EpRecord ep_reference_run(io::RunConfig config, int split) {
+  config.train.micro_batches *= split;
   train::Trainer trainer(config);
   EpRecord r;
   for (int s = 0; s < config.train.steps; ++s) {

@@ -11,9 +11,9 @@ namespace tinyscale::ep {
 EpMoeFeedForward::EpMoeFeedForward(nn::ParameterList& params, const std::string& name, int layer,
                                    const nn::ModelConfig& config, std::uint64_t seed,
                                    comm::Communicator& ep, const ExpertPlacement& placement,
-                                   EpLayerLoad* load, bool use_gates)
+                                   EpLayerLoad* load, CapacityScope capacity, bool use_gates)
     : name_(name), layer_(layer), dropout_(config.dropout), config_(config.moe), ep_(&ep),
-      placement_(placement), load_(load), use_gates_(use_gates) {
+      placement_(placement), load_(load), capacity_(capacity), use_gates_(use_gates) {
   TS_CHECK(placement.ep() == ep.size() && placement.n_experts() == config.moe.n_experts,
            "EpMoeFeedForward: expected a placement of ", config.moe.n_experts, " experts over ",
            ep.size(), " ranks (", describe(ep), "), found ", placement.describe());
@@ -43,8 +43,12 @@ nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
   const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2), N = B * T;
   const int k = config_.top_k, L = placement_.local_count();
   Tensor tokens = reshape(x, {N, C});
-  // 1. Route on this rank, as one rank would: top-k, gates, capacity from this micro-batch.
+  // 1. Route on this rank, as one rank would: top-k, gates, and capacity from this micro-batch
+  //    (local) or from the ep group's counts for the pooled micro-batch (global). Evaluation
+  //    runs the same whole batch on every rank, so its local rule already is one rank's.
   moe::Routing r = moe::route(tokens, router_weight_, config_);
+  if (capacity_ == CapacityScope::Global && ctx.training)
+    apply_global_capacity(r, *ep_, config_, x.device());
 
   // 2. Dispatch: counts first (every rank learns what it will receive), then the rows.
   auto start = clock::now();

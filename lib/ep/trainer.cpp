@@ -66,7 +66,8 @@ EpTrainer::EpTrainer(io::RunConfig config, comm::Communicator& data_parallel,
   auto layer_factory = [&](nn::ParameterList& params, const std::string& name, int layer,
                            const nn::ModelConfig& model, std::uint64_t seed) {
     return std::make_unique<EpMoeFeedForward>(params, name, layer, model, seed, *ep_, placement_,
-                                              loads_.at(next++).get(), options.use_gates);
+                                              loads_.at(next++).get(), options.capacity,
+                                              options.use_gates);
   };
   trainer_ = std::make_unique<train::Trainer>(config_, layer_factory);
   for (const auto& p : trainer_->model().parameters())
@@ -87,13 +88,21 @@ train::StepResult EpTrainer::train_step() {
   for (auto& l : loads_) l->reset();
   train::StepResult r;
   trainer_->zero_grad();
-  // Chapter 04's rows: data-parallel rank r runs rows [(r k + m) b, +b) for micro-batch m.
+  // The rows: the ep group g (data-parallel ranks g ep .. g ep + ep - 1) runs, in its
+  // micro-batch m, the ep x b consecutive rows from ((g k + m) ep) b, rank i of the group the
+  // i-th b of them. So a micro-batch of the ep group is one micro-batch of one rank (with ep x b
+  // rows), which global capacity needs; with ep = 1 these are chapter 04's rows.
+  const std::int64_t group = rank / ep_->size(), i = ep_->rank();
+  TS_CHECK(i == rank % ep_->size(), "EpTrainer: expected the ep group to be ", ep_->size(),
+           " consecutive data-parallel ranks, found data-parallel rank ", rank, " at ep rank ", i,
+           "; build the groups from one mesh::Mesh with ep inside dp");
   dp::accumulate_gradients(
       *sync_, k, global_tokens,
       [&](std::int64_t m) {
         metrics::TraceRecorder::Scope scope(*trace_, "compute", "forward " + std::to_string(m),
                                             "forward");
-        nn::ModelOutput out = trainer_->forward_micro_batch((rank * k + m) * rows_, rows_);
+        const std::int64_t first = ((group * k + m) * ep_->size() + i) * rows_;
+        nn::ModelOutput out = trainer_->forward_micro_batch(first, rows_);
         train::Trainer::add_micro_batch(
             r, out, static_cast<double>(tokens) / static_cast<double>(global_tokens));
         return dp::MicroBatchLoss{out.loss, tokens};

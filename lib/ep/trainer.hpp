@@ -11,6 +11,7 @@
 
 #include "comm/communicator.hpp"
 #include "dp/data_parallel.hpp"
+#include "ep/capacity.hpp"
 #include "ep/load.hpp"
 #include "ep/placement.hpp"
 #include "io/config.hpp"
@@ -27,6 +28,9 @@ namespace tinyscale::ep {
 /// How a run is split over expert-parallel ranks.
 struct EpOptions {
   PlacementKind placement = PlacementKind::Contiguous;
+  /// Local: capacity per rank's micro-batch (one rank with D x k micro-batches of b rows);
+  /// global: per the ep group's pooled micro-batch (one rank with D/ep x k of ep x b rows).
+  CapacityScope capacity = CapacityScope::Local;
   /// For tests only: false makes the combine ignore the gates (the negative control).
   bool use_gates = true;
 };

@@ -102,6 +102,18 @@ awk -v a="$(tail_losses "$work/ep.jsonl" | tail -2 | tr '\n' ' ')" \
   n = split(a, x, " "); m = split(b, y, " "); if (n != 2 || m != 2) exit 1
   for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * x[i]) exit 1 } }' ||
   fail "data parallel resumed from the ep = 2 checkpoint with other losses than the ep run's"
+# global capacity pools the ep ranks' micro-batches: --dp 2 --ep 2 then trains and evaluates
+# exactly like one rank with one micro-batch of the whole batch
+"$bin" train "${moe[@]}" --set "train.checkpoint_dir=\"$work/ckpt_moe_one\"" \
+  --metrics "$work/moe_one.jsonl" > /dev/null
+"$bin" train "${moe[@]}" --dp 2 --ep 2 --ep-capacity global \
+  --set "train.checkpoint_dir=\"$work/ckpt_ep_global\"" --metrics "$work/ep_global.jsonl" > /dev/null
+val_losses() { grep '"val_loss"' "$1" | grep -v summary | sed 's/.*"val_loss":\([^,}]*\).*/\1/' | tr '\n' ' '; }
+awk -v a="$(losses "$work/moe_one.jsonl") $(val_losses "$work/moe_one.jsonl")" \
+    -v b="$(losses "$work/ep_global.jsonl") $(val_losses "$work/ep_global.jsonl")" 'BEGIN {
+  n = split(a, x, " "); m = split(b, y, " "); if (n < 5 || n != m) exit 1
+  for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * x[i]) exit 1 } }' ||
+  fail "global-capacity losses ($(losses "$work/ep_global.jsonl")$(val_losses "$work/ep_global.jsonl")) differ from one rank's ($(losses "$work/moe_one.jsonl")$(val_losses "$work/moe_one.jsonl"))"
 if "$bin" train "${moe[@]}" --dp 2 --ep 4 2> "$work/ep_err.txt"; then fail "--dp 2 --ep 4 was accepted"; fi
 grep -q "expected ep (4) to divide the data-parallel size (2)" "$work/ep_err.txt" ||
   fail "--ep 4 on 2 ranks: no clear error"

@@ -41,18 +41,26 @@ struct Case {
   int d, ep, b, k, top_k;
   double capacity_factor;
   ep::PlacementKind placement = ep::PlacementKind::Contiguous;
+  ep::CapacityScope capacity = ep::CapacityScope::Local;
 };
+
+// The oracle's micro-batches per step: one per rank's micro-batch (local capacity) or one per
+// ep group's pooled micro-batch (global).
+int reference_split(const Case& c) {
+  return c.capacity == ep::CapacityScope::Global ? c.d / c.ep : c.d;
+}
 
 void require_equivalent(const Case& c, DType dtype = DType::Float32,
                         double tolerance = kTolerance) {
   const io::RunConfig config = ep_run_config(c.d, c.b, c.k, c.top_k, c.capacity_factor, dtype);
-  const EpRecord want = ep_reference_run(config, c.d);
-  const EpRecord got = threads_ep_run(c.d, c.ep, config, {c.placement, true});
+  const EpRecord want = ep_reference_run(config, reference_split(c));
+  const EpRecord got = threads_ep_run(c.d, c.ep, config, {c.placement, c.capacity, true});
   std::int64_t dropped = 0;
   for (auto n : want.dropped) dropped += n;
   INFO("D = " << c.d << ", ep = " << c.ep << ", b = " << c.b << ", k = " << c.k << ", top-"
               << c.top_k << ", capacity factor " << c.capacity_factor << " ("
-              << ep::placement_name(c.placement) << "): " << dropped
+              << ep::placement_name(c.placement) << ", " << ep::capacity_scope_name(c.capacity)
+              << " capacity): " << dropped
               << " assignments dropped over the run; worst relative error "
               << worst_error(want.run, got.run));
   if (c.capacity_factor > 0 && c.capacity_factor < 1.1) CHECK(dropped > 0); // capacity bites
@@ -88,15 +96,54 @@ TEST_CASE("Expert parallel ep = 2 inside D = 4 (two expert-data-parallel replica
   }
 }
 
+TEST_CASE("Expert parallel with global capacity (the ep group's micro-batches pooled) equals one "
+          "rank with ep x b rows per micro-batch (fp32, rel 1e-5)",
+          "[parallel][ep]") {
+  using ep::CapacityScope;
+  using ep::PlacementKind;
+  SECTION("ep = 2, top-2, capacity 1.0, 2 micro-batches") {
+    require_equivalent({2, 2, 1, 2, 2, 1.0, PlacementKind::Contiguous, CapacityScope::Global});
+  }
+  SECTION("ep = 4, top-1, capacity 1.25, round-robin") {
+    require_equivalent({4, 4, 1, 1, 1, 1.25, PlacementKind::RoundRobin, CapacityScope::Global});
+  }
+  SECTION("ep = 2 inside D = 4, top-2, capacity 1.0, 2 micro-batches") {
+    require_equivalent({4, 2, 1, 2, 2, 1.0, PlacementKind::Contiguous, CapacityScope::Global});
+  }
+  SECTION("ep = 2, top-2, dropless") {
+    require_equivalent({2, 2, 2, 1, 2, 0.0, PlacementKind::Contiguous, CapacityScope::Global});
+  }
+}
+
+TEST_CASE("Local and global capacity drop different tokens, and each matches only its own oracle",
+          "[parallel][ep]") {
+  // ep = 2, top-2, capacity 1.0: each rank's micro-batch against the two pooled.
+  const io::RunConfig config = ep_run_config(2, 1, 1, 2, 1.0);
+  const EpRecord local = threads_ep_run(2, 2, config, {});
+  const EpRecord global =
+      threads_ep_run(2, 2, config, {ep::PlacementKind::Contiguous, ep::CapacityScope::Global});
+  INFO("dropped per step, local: " << Catch::Detail::stringify(local.dropped)
+                                   << "; global: " << Catch::Detail::stringify(global.dropped));
+  CHECK(local.dropped != global.dropped);
+  const EpRecord per_rank = ep_reference_run(config, 2), pooled = ep_reference_run(config, 1);
+  CHECK(compare_ep_runs(per_rank, local, kTolerance) == "");
+  CHECK(compare_ep_runs(pooled, global, kTolerance) == "");
+  CHECK(compare_ep_runs(per_rank, global, kTolerance) != "");
+  CHECK(compare_ep_runs(pooled, local, kTolerance) != "");
+}
+
 TEST_CASE("Expert parallel in float64 with biases equals one rank to 1e-10", "[parallel][ep]") {
   require_equivalent({2, 2, 1, 2, 2, 1.0}, DType::Float64, 1e-10);
+  require_equivalent({2, 2, 1, 2, 2, 1.0, ep::PlacementKind::Contiguous, ep::CapacityScope::Global},
+                     DType::Float64, 1e-10);
 }
 
 TEST_CASE("Negative control: a combine that ignores the gate weights breaks the equivalence",
           "[parallel][ep]") {
   const io::RunConfig config = ep_run_config(2, 2, 1, 2, 1.0);
   const EpRecord want = ep_reference_run(config, 2);
-  const EpRecord got = threads_ep_run(2, 2, config, {ep::PlacementKind::Contiguous, false});
+  const EpRecord got = threads_ep_run(
+      2, 2, config, {ep::PlacementKind::Contiguous, ep::CapacityScope::Local, false});
   const std::string difference = compare_ep_runs(want, got, kTolerance);
   INFO("the comparison reports: " << difference);
   CHECK_FALSE(difference.empty());

@@ -1,7 +1,9 @@
 // Chapter 08's single-rank pieces: where experts live (placement), the send side of a dispatch
-// (exercise 8.1), the combine with gate weights (exercise 8.2) and where each expert's rows sit in
-// the received buffer (exercise 8.3). Each exercise's test calls only its own function, so it
-// reaches its own stub first. Everything here is checked against values worked out by hand.
+// (exercise 8.1), the combine with gate weights (exercise 8.2), where each expert's rows sit in
+// the received buffer (exercise 8.3) and capacity from the ep group's counts (exercise 8.4). Each
+// exercise's test calls only its own function, so it reaches its own stub first. Everything here
+// is checked against values worked out by hand, or against one rank's routing of the same tokens.
+#include "ep/capacity.hpp"
 #include "ep/dispatch.hpp"
 #include "ep/placement.hpp"
 #include "tinyscale.hpp"
@@ -163,4 +165,87 @@ TEST_CASE("The receive layout gives each local expert its rows of the source-maj
 TEST_CASE("The receive layout refuses counts of the wrong size", "[unit][ep]") {
   CHECK_THROWS_WITH(ep::receive_layout({1, 2, 3}, 2, 2),
                     Catch::Contains("ep x L = 4 counts, found 3"));
+}
+
+TEST_CASE("Global capacity keeps, on each rank, exactly the assignments one rank keeps for the "
+          "ep ranks' micro-batches pooled",
+          "[unit][ep][ex8.4]") {
+  const int k = 2, E = 3;
+  SECTION("worked by hand: rank 1 of 2, capacity 3") {
+    // Rank 0's tokens choose (0,1), (0,2), (1,0); rank 1's (0,1), (0,2), (2,0). Pooled, one rank
+    // serves the first choices T0..T5 (expert 0 takes T0, T1, T3 and drops T4), then the second
+    // choices (expert 0, full, drops T2 and T5).
+    const V all_counts{2, 1, 0, 1, 1, 1,  // rank 0: first choices per expert, then second choices
+                       2, 0, 1, 1, 1, 1}; // rank 1
+    moe::Routing r;
+    r.expert = {0, 1, 0, 2, 2, 0};
+    ep::assign_global_capacity(r, k, E, 3, all_counts, 1);
+    CHECK(r.capacity == 3);
+    CHECK(r.kept == std::vector<V>{{0}, {1}, {4, 3}});
+    CHECK(r.dropped == 2);
+  }
+  SECTION("against moe::assign_capacity on the pooled tokens, for every rank") {
+    for (int ep = 1; ep <= 4; ++ep)
+      for (std::int64_t capacity : {1, 3, 5, 100}) {
+        const std::int64_t n = 6; // tokens per rank
+        // A deterministic, uneven choice: token t of rank s picks (t * 7 + s) % E, then the next.
+        std::vector<V> mine(static_cast<std::size_t>(ep));
+        V pooled, all_counts;
+        for (int s = 0; s < ep; ++s) {
+          for (std::int64_t t = 0; t < n; ++t) {
+            const std::int64_t first = (t * 7 + s + t * t) % E;
+            mine[static_cast<std::size_t>(s)].insert(mine[static_cast<std::size_t>(s)].end(),
+                                                     {first, (first + 1 + t % 2) % E});
+          }
+          pooled.insert(pooled.end(), mine[static_cast<std::size_t>(s)].begin(),
+                        mine[static_cast<std::size_t>(s)].end());
+          const V counts = ep::choice_counts(mine[static_cast<std::size_t>(s)], k, E);
+          all_counts.insert(all_counts.end(), counts.begin(), counts.end());
+        }
+        moe::Routing one;
+        one.expert = pooled;
+        moe::assign_capacity(one, n * ep, k, E, capacity);
+        std::int64_t dropped = 0;
+        for (int s = 0; s < ep; ++s) {
+          moe::Routing r;
+          r.expert = mine[static_cast<std::size_t>(s)];
+          ep::assign_global_capacity(r, k, E, capacity, all_counts, s);
+          dropped += r.dropped;
+          for (int e = 0; e < E; ++e) { // one rank's kept list, restricted to rank s's tokens
+            V want;
+            for (std::int64_t a : one.kept[static_cast<std::size_t>(e)])
+              if (a / (n * k) == s) want.push_back(a - s * n * k);
+            INFO("ep " << ep << ", capacity " << capacity << ", rank " << s << ", expert " << e);
+            CHECK(r.kept[static_cast<std::size_t>(e)] == want);
+          }
+        }
+        CHECK(dropped == one.dropped);
+      }
+  }
+}
+
+TEST_CASE("Choice counts, and the pooled load-balancing loss averaged over ranks is one rank's "
+          "loss on the pooled tokens",
+          "[unit][ep]") {
+  CHECK(ep::choice_counts({0, 1, 0, 2, 2, 0}, 2, 3) == V{2, 0, 1, 1, 1, 1});
+  const int k = 2, E = 3, ep = 2;
+  const Tensor p0 = softmax(Tensor::randn(Shape({5, E}), 7, 0, DType::Float64));
+  const Tensor p1 = softmax(Tensor::randn(Shape({5, E}), 7, 1, DType::Float64));
+  const V e0 = moe::top_k_experts(p0, k), e1 = moe::top_k_experts(p1, k);
+  V all = ep::choice_counts(e0, k, E);
+  const V c1 = ep::choice_counts(e1, k, E);
+  all.insert(all.end(), c1.begin(), c1.end());
+  V pooled = e0;
+  pooled.insert(pooled.end(), e1.begin(), e1.end());
+  const double one_rank = moe::load_balancing_loss(concat({p0, p1}, 0), pooled, k).item();
+  const double averaged = (ep::pooled_load_balancing_loss(p0, all, k).item() +
+                           ep::pooled_load_balancing_loss(p1, all, k).item()) /
+                          ep;
+  CHECK(averaged == Approx(one_rank).epsilon(1e-12));
+  CHECK(ep::parse_capacity_scope("global") == ep::CapacityScope::Global);
+  CHECK_THROWS_WITH(ep::parse_capacity_scope("pooled"), Catch::Contains("\"pooled\""));
+  moe::Routing r;
+  r.expert = {0, 1};
+  CHECK_THROWS_WITH(ep::assign_global_capacity(r, k, E, 1, V{1, 2, 3}, 0),
+                    Catch::Contains("ep x k x E counts"));
 }
