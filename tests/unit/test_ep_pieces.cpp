@@ -103,7 +103,7 @@ TEST_CASE("The dispatch plan refuses a routing over another number of experts", 
 }
 
 TEST_CASE("The combine adds each kept assignment's output, scaled by its gate, into its token's "
-          "row; its gradients reach the outputs and the gates",
+          "row, and its gradients reach the outputs and the gates",
           "[unit][ep][ex8.2]") {
   // 3 tokens, top-2; 4 kept assignments arrive in plan order {5, 0, 1, 2} (token 1's second
   // choice, assignment 3, and token 2's first, assignment 4, were dropped).
