@@ -290,12 +290,13 @@ void run_tp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
 
 // The terminal summary of a step's expert-parallel load, one row per rank (chapter 08).
 void print_ep_load(const std::vector<std::vector<ep::EpLayerLoad>>& ranks) {
-  std::printf("expert-parallel load of the last step, per rank (all MoE layers):\n"
-              "| rank | experts | rows processed | rows sent (to self) | bytes sent | dispatch ms "
-              "| experts ms | combine ms | backward a2a ms |\n"
-              "|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("expert-parallel load of the last step, per rank (all MoE layers; dropped: of this "
+              "rank's own tokens' assignments):\n"
+              "| rank | experts | dropped | rows processed | rows sent (to self) | bytes sent | "
+              "dispatch ms | experts ms | combine ms | backward a2a ms |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
   for (std::size_t r = 0; r < ranks.size(); ++r) {
-    std::int64_t rows = 0, sent = 0, self = 0, bytes = 0;
+    std::int64_t rows = 0, sent = 0, self = 0, bytes = 0, dropped = 0, assignments = 0;
     double dispatch = 0, compute = 0, combine = 0, backward = 0;
     std::string experts;
     for (const auto& l : ranks[r]) {
@@ -303,6 +304,7 @@ void print_ep_load(const std::vector<std::vector<ep::EpLayerLoad>>& ranks) {
       for (std::size_t j = 0; j < l.rows_sent.size(); ++j)
         (j == static_cast<std::size_t>(l.ep_rank) ? self : sent) += l.rows_sent[j];
       bytes += l.bytes_sent;
+      dropped += l.dropped, assignments += l.assignments;
       dispatch += l.dispatch_seconds, compute += l.compute_seconds;
       combine += l.combine_seconds, backward += l.backward_seconds;
       if (experts.empty())
@@ -311,8 +313,12 @@ void print_ep_load(const std::vector<std::vector<ep::EpLayerLoad>>& ranks) {
           experts += std::to_string(e);
         }
     }
-    std::printf("| %zu | %s | %lld | %lld (%lld) | %lld | %.2f | %.2f | %.2f | %.2f |\n", r,
-                experts.c_str(), static_cast<long long>(rows), static_cast<long long>(sent + self),
+    std::printf("| %zu | %s | %.1f%% | %lld | %lld (%lld) | %lld | %.2f | %.2f | %.2f | %.2f |\n",
+                r, experts.c_str(),
+                assignments > 0
+                    ? 100.0 * static_cast<double>(dropped) / static_cast<double>(assignments)
+                    : 0.0,
+                static_cast<long long>(rows), static_cast<long long>(sent + self),
                 static_cast<long long>(self), static_cast<long long>(bytes), dispatch * 1e3,
                 compute * 1e3, combine * 1e3, backward * 1e3);
   }
@@ -353,7 +359,7 @@ void run_ep_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
   std::vector<std::vector<ep::EpLayerLoad>> loads; // every rank's, gathered after each step
   auto step = [&] {
     train::StepResult r = trainer.train_step();
-    loads = ep::all_gather_load(dense, trainer.load());
+    loads = ep::all_gather_load(dense, trainer.load(), trainer.device());
     return r;
   };
   auto annotate = [&](const train::StepResult& r, nlohmann::json& line, std::string& text) {

@@ -21,6 +21,7 @@
 #include "mesh/mesh.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,11 +51,34 @@ inline void record_routing(EpRecord& r, const train::StepResult& step) {
   }
 }
 
+/// Changes a freshly built model's parameters before training, the same way on both sides (every
+/// rank holds the replicated ones; an expert-parallel rank only its own experts).
+using Prepare = std::function<void(const nn::ParameterList&)>;
+
+/// Routes every token of every MoE layer to experts 0 or 1 under top-1 (router columns v, -v, 0,
+/// 0): with contiguous placement at ep = 2, rank 1's experts receive no rows at all, and backward
+/// must still run its all-to-alls.
+inline void starve_experts_2_and_3(const nn::ParameterList& params) {
+  for (const auto& p : params) {
+    if (p.name.find(".mlp.router.weight") == std::string::npos) continue;
+    const std::int64_t C = p.tensor.size(0), E = p.tensor.size(1);
+    std::vector<double> w(static_cast<std::size_t>(C * E), 0.0);
+    for (std::int64_t c = 0; c < C; ++c) {
+      const double v = 10.0 * (static_cast<double>((c * 7) % 5) - 2.0); // fixed, uneven, large
+      w[static_cast<std::size_t>(c * E)] = v;
+      w[static_cast<std::size_t>(c * E + 1)] = -v;
+    }
+    Tensor t = p.tensor;
+    t.copy_(Tensor::from_vector(w, t.shape(), t.dtype()));
+  }
+}
+
 /// One rank with `split` x k micro-batches (the oracle): split = D for local capacity, D / ep for
 /// global.
-inline EpRecord ep_reference_run(io::RunConfig config, int split) {
+inline EpRecord ep_reference_run(io::RunConfig config, int split, const Prepare& prepare = {}) {
   config.train.micro_batches *= split;
   train::Trainer trainer(config);
+  if (prepare) prepare(trainer.model().parameters());
   EpRecord r;
   for (int s = 0; s < config.train.steps; ++s) {
     const train::StepResult step = trainer.train_step();
@@ -95,9 +119,11 @@ joined(const ep::EpTrainer& trainer, comm::Communicator& ep, bool grads) {
 
 /// This rank's side of an expert-parallel run on `mesh` (its "dp x cp x ep", "ep" and
 /// "dp x cp" groups).
-inline EpRecord ep_run(mesh::Mesh& mesh, const io::RunConfig& config, ep::EpOptions options = {}) {
+inline EpRecord ep_run(mesh::Mesh& mesh, const io::RunConfig& config, ep::EpOptions options = {},
+                       const Prepare& prepare = {}) {
   comm::Communicator& ep = mesh.group(mesh::Axis::Ep);
   ep::EpTrainer trainer(config, mesh.group("dp x cp x ep"), ep, mesh.group("dp x cp"), options);
+  if (prepare) prepare(trainer.trainer().model().parameters());
   EpRecord r;
   for (int s = 0; s < config.train.steps; ++s) {
     const train::StepResult step = trainer.train_step();

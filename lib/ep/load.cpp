@@ -8,6 +8,8 @@ namespace tinyscale::ep {
 
 void EpLayerLoad::reset() {
   std::fill(expert_rows.begin(), expert_rows.end(), 0);
+  std::fill(tokens_per_expert.begin(), tokens_per_expert.end(), 0);
+  assignments = dropped = 0;
   std::fill(rows_sent.begin(), rows_sent.end(), 0);
   std::fill(rows_received.begin(), rows_received.end(), 0);
   bytes_sent = bytes_received = 0;
@@ -46,6 +48,10 @@ std::string to_json(const EpLayerLoad& l) {
   s += ",\"ep_rank\":";
   s += std::to_string(l.ep_rank);
   s += ",\"experts\":" + json_list(l.experts);
+  s += ",\"tokens_per_expert\":" + json_list(l.tokens_per_expert);
+  s += ",\"assignments\":" + std::to_string(l.assignments);
+  s += ",\"dropped\":" + std::to_string(l.dropped);
+  s += ",\"imbalance\":" + std::to_string(imbalance(l.tokens_per_expert));
   s += ",\"expert_rows\":" + json_list(l.expert_rows);
   s += ",\"rows_sent\":" + json_list(l.rows_sent);
   s += ",\"rows_received\":" + json_list(l.rows_received);

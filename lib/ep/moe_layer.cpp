@@ -32,6 +32,7 @@ EpMoeFeedForward::EpMoeFeedForward(nn::ParameterList& params, const std::string&
     load_->ep_rank = ep.rank();
     load_->experts = mine;
     load_->expert_rows.assign(mine.size(), 0);
+    load_->tokens_per_expert.assign(static_cast<std::size_t>(config.moe.n_experts), 0);
     load_->rows_sent.assign(static_cast<std::size_t>(ep.size()), 0);
     load_->rows_received.assign(static_cast<std::size_t>(ep.size()), 0);
   }
@@ -93,6 +94,10 @@ nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
   if (ctx.training && dropout_ > 0) y = dropout(y, dropout_, ctx.dropout_rng(name_, T * C));
 
   if (load_ != nullptr) {
+    for (std::size_t e = 0; e < r.kept.size(); ++e)
+      load_->tokens_per_expert[e] += static_cast<std::int64_t>(r.kept[e].size());
+    load_->assignments += N * k;
+    load_->dropped += r.dropped;
     for (int l = 0; l < L; ++l)
       load_->expert_rows[static_cast<std::size_t>(l)] +=
           static_cast<std::int64_t>(recv.expert_rows[static_cast<std::size_t>(l)].size());

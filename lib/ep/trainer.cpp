@@ -138,33 +138,40 @@ std::int64_t EpTrainer::parameter_count() const {
   return nn::count_elements(dense_params_) + nn::count_elements(expert_params_) * ep_->size();
 }
 
-std::vector<std::vector<EpLayerLoad>> all_gather_load(comm::Communicator& group,
-                                                      const std::vector<EpLayerLoad>& mine) {
+std::vector<std::vector<EpLayerLoad>>
+all_gather_load(comm::Communicator& group, const std::vector<EpLayerLoad>& mine, Device device) {
   // Flatten to doubles (counts are exact up to 2^53): per layer the vectors, then the scalars.
   std::vector<double> flat;
   for (const auto& l : mine) {
     for (auto v : l.expert_rows) flat.push_back(static_cast<double>(v));
+    for (auto v : l.tokens_per_expert) flat.push_back(static_cast<double>(v));
     for (auto v : l.rows_sent) flat.push_back(static_cast<double>(v));
     for (auto v : l.rows_received) flat.push_back(static_cast<double>(v));
     for (int e : l.experts) flat.push_back(e);
     flat.insert(flat.end(),
                 {static_cast<double>(l.layer), static_cast<double>(l.ep_rank),
+                 static_cast<double>(l.assignments), static_cast<double>(l.dropped),
                  static_cast<double>(l.bytes_sent), static_cast<double>(l.bytes_received),
                  l.dispatch_seconds, l.compute_seconds, l.combine_seconds, l.backward_seconds});
   }
   const auto n = static_cast<std::int64_t>(flat.size());
-  const Tensor all = comm::all_gather(group, Tensor::from_vector(flat, Shape({n}), DType::Float64));
+  const Device where = group.buffer_memory() == Device::Kind::CUDA ? device : Device::cpu();
+  const Tensor all =
+      comm::all_gather(group, Tensor::from_vector(flat, Shape({n}), DType::Float64, where));
   const std::vector<double> v = all.to_vector();
   std::vector<std::vector<EpLayerLoad>> out(static_cast<std::size_t>(group.size()), mine);
   std::size_t i = 0;
   for (auto& rank : out)
     for (auto& l : rank) {
       for (auto& x : l.expert_rows) x = static_cast<std::int64_t>(v[i++]);
+      for (auto& x : l.tokens_per_expert) x = static_cast<std::int64_t>(v[i++]);
       for (auto& x : l.rows_sent) x = static_cast<std::int64_t>(v[i++]);
       for (auto& x : l.rows_received) x = static_cast<std::int64_t>(v[i++]);
       for (auto& e : l.experts) e = static_cast<int>(v[i++]);
       l.layer = static_cast<int>(v[i++]);
       l.ep_rank = static_cast<int>(v[i++]);
+      l.assignments = static_cast<std::int64_t>(v[i++]);
+      l.dropped = static_cast<std::int64_t>(v[i++]);
       l.bytes_sent = static_cast<std::int64_t>(v[i++]);
       l.bytes_received = static_cast<std::int64_t>(v[i++]);
       l.dispatch_seconds = v[i++], l.compute_seconds = v[i++], l.combine_seconds = v[i++];

@@ -102,8 +102,10 @@ private:
 };
 
 /// Collective over `group`: every rank's load (all with the same layers and ep size), in group
-/// rank order.
+/// rank order. `device`: where the gathered buffer lives when the group's collectives need
+/// device memory (NCCL); ignored otherwise.
 std::vector<std::vector<EpLayerLoad>> all_gather_load(comm::Communicator& group,
-                                                      const std::vector<EpLayerLoad>& mine);
+                                                      const std::vector<EpLayerLoad>& mine,
+                                                      Device device = Device::cpu());
 
 } // namespace tinyscale::ep

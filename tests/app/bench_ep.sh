@@ -3,7 +3,8 @@
 # the rows ep = 1 and 2, each with balanced (skew 0) and skewed (skew 2) routing; in the JSON every
 # rank's counted bytes equal what its rows imply (forward: dispatch rows to other ranks and the
 # combine rows sent back; backward: both again), the rows one rank sends are the rows its peer
-# receives, one rank sends nothing, and skewed routing loads the experts less evenly.
+# receives, skewed routing loads the experts less evenly, and under skew one rank's experts
+# receive nothing while it still takes part in every all-to-all.
 # Times are not checked: one step on a shared CPU is noise. Usage: bench_ep.sh TINYSCALE SRC
 set -euo pipefail
 bin=$1
@@ -62,5 +63,10 @@ assert skew["imbalance"] > bal["imbalance"], (skew["imbalance"], bal["imbalance"
 assert skew["dropped_fraction"] > bal["dropped_fraction"], (skew, bal)
 # balanced routing moves about the formula's bytes (random routing: within 25% at N = 128)
 assert abs(bal["bytes_sent_mean"] / bal["bytes_formula_balanced"] - 1) < 0.25, bal
+# skew 2 sends every token to experts 0 and 1, both on rank 0 (contiguous): rank 1's experts
+# process nothing, yet it joined every all-to-all (the run finished) and sent its tokens away
+idle = skew["ranks"][1]
+assert idle["experts"] == [2, 3] and idle["expert_rows"] == [0, 0], idle
+assert idle["rows_sent"][0] > 0 and idle["rows_received"] == [0, 0], idle
 PY
 echo "bench_ep: 4 rows; bytes equal the rows' sum on every rank; skew raises the imbalance"

@@ -93,6 +93,12 @@ for s in steps:
     # every expert's rows: the global step's tokens per expert
     tpe = s["moe"][0]["tokens_per_expert"]
     assert [tpe[0], tpe[2], tpe[1], tpe[3]] == ranks[0][0]["expert_rows"] + ranks[1][0]["expert_rows"]
+    # each rank's own routing: its kept tokens per expert and its drops add up to the step's
+    mine = [r[0] for r in ranks]
+    assert [a + b for a, b in zip(mine[0]["tokens_per_expert"], mine[1]["tokens_per_expert"])] == tpe
+    dropped = sum(m["dropped"] for m in mine) / sum(m["assignments"] for m in mine)
+    assert abs(dropped - s["moe"][0]["dropped_fraction"]) < 1e-12, (dropped, s["moe"][0])
+    assert all(m["imbalance"] >= 1 for m in mine), mine
 PY
 "$bin" train "${moe[@]}" --dp 2 --set "train.checkpoint_dir=\"$work/ckpt_ep\"" \
   --resume "$work/ckpt_ep/step_00000002" --metrics "$work/ep_resumed.jsonl" > /dev/null ||
@@ -117,6 +123,13 @@ awk -v a="$(losses "$work/moe_one.jsonl") $(val_losses "$work/moe_one.jsonl")" \
 if "$bin" train "${moe[@]}" --dp 2 --ep 4 2> "$work/ep_err.txt"; then fail "--dp 2 --ep 4 was accepted"; fi
 grep -q "expected ep (4) to divide the data-parallel size (2)" "$work/ep_err.txt" ||
   fail "--ep 4 on 2 ranks: no clear error"
+if "$bin" train "${moe[@]}" --dp 3 --ep 3 --set train.batch_size=18 2> "$work/ep_err.txt"; then
+  fail "4 experts over ep = 3 was accepted"
+fi
+grep -q "model.moe.n_experts (4) to divide by ep (3)" "$work/ep_err.txt" ||
+  fail "4 experts over ep = 3: no clear error"
+if "$bin" train "${moe[@]}" --tp 2 --ep 2 2> "$work/ep_err.txt"; then fail "--ep with --tp was accepted"; fi
+grep -q "\-\-ep with \-\-tp .* comes with chapter 10" "$work/ep_err.txt" || fail "--ep --tp: no clear error"
 
 "$bin" export-hf "$work/hf" --checkpoint "$work/ckpt" > /dev/null
 [ -s "$work/hf/config.json" ] && [ -s "$work/hf/model.safetensors" ] || fail "export-hf wrote nothing"

@@ -21,6 +21,10 @@ std::string ep_difference(comm::Communicator& world, int ep, int top_k, double c
       ep_reference_run(config, options.capacity == ep::CapacityScope::Global ? d / ep : d);
   mesh::Mesh mesh(world, ep_layout(d, ep));
   const EpRecord got = ep_run(mesh, config, options);
+  std::int64_t dropped = 0;
+  for (auto n : want.dropped) dropped += n;
+  if (capacity_factor > 0) CHECK(dropped > 0); // capacity bites: the drops are compared
+  if (capacity_factor <= 0) CHECK(dropped == 0);
   INFO("ep = " << ep << ", top-" << top_k << ", capacity factor " << capacity_factor
                << ": worst relative error " << worst_error(want.run, got.run));
   return compare_ep_runs(want, got, kTolerance);
@@ -45,6 +49,8 @@ TEST_CASE("mpi: expert parallel ep = 2 inside D = 4 equals one rank (fp32, rel 1
                         {ep::PlacementKind::RoundRobin, ep::CapacityScope::Local, true}) == "");
   }
   SECTION("top-2, capacity 1.0") { CHECK(ep_difference(*world, 2, 2, 1.0) == ""); }
+  SECTION("top-2, capacity 1.25") { CHECK(ep_difference(*world, 2, 2, 1.25) == ""); }
+  SECTION("top-2, dropless") { CHECK(ep_difference(*world, 2, 2, 0.0) == ""); }
   SECTION("top-2, capacity 1.0, global capacity") {
     CHECK(ep_difference(*world, 2, 2, 1.0,
                         {ep::PlacementKind::Contiguous, ep::CapacityScope::Global, true}) == "");
