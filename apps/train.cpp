@@ -471,7 +471,7 @@ void add_train(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"local", "global"}));
   cmd->add_option("--backend", opt->backend,
-                  "Where the ranks (--dp, --tp) run: auto (mpi under mpirun, else threads), "
+                  "Where the ranks (--dp, --tp, --ep) run: auto (mpi under mpirun, else threads), "
                   "threads, mpi")
       ->capture_default_str();
   cmd->add_option("--bucket-kb", opt->bucket_kb,
