@@ -93,6 +93,11 @@ Tensor& Tensor::set_name(std::string name) {
 
 void* Tensor::raw_data() const {
   auto& im = impl();
+  // ZeRO-3 (chapter 07) releases a sharded parameter's storage between uses; reading it then is a
+  // bug in the gathering, so it fails here with a name rather than as a null pointer later.
+  TS_CHECK(im.storage->data != nullptr || im.storage->bytes == 0 || numel() == 0, "Tensor '",
+           im.name, "': expected its storage, found it released (a ZeRO-3 parameter ",
+           "used while not gathered); gather the parameters before using them");
   return static_cast<char*>(im.storage->data.get()) +
          im.offset * static_cast<std::int64_t>(dtype_size(im.dtype));
 }

@@ -12,14 +12,26 @@
 
 namespace tinyscale::optim {
 
+AdamWStep adamw_constants(const OptimConfig& config, double lr, std::int64_t t, bool decay) {
+  const double bc1 = 1.0 - std::pow(config.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(config.beta2, static_cast<double>(t));
+  return AdamWStep{decay ? 1.0 - lr * config.weight_decay : 1.0,
+                   config.beta1,
+                   config.beta2,
+                   config.eps,
+                   lr / bc1,
+                   std::sqrt(bc2)};
+}
+
 AdamW::AdamW(nn::ParameterList params, const OptimConfig& config)
-    : params_(std::move(params)), beta1_(config.beta1), beta2_(config.beta2), eps_(config.eps),
-      weight_decay_(config.weight_decay) {
-  TS_CHECK(beta1_ >= 0 && beta1_ < 1 && beta2_ >= 0 && beta2_ < 1,
-           "AdamW: expected optim.beta1 and optim.beta2 in [0, 1), found beta1 = ", beta1_,
-           ", beta2 = ", beta2_, "; the usual values are 0.9 and 0.95");
-  TS_CHECK(eps_ >= 0, "AdamW: expected optim.eps >= 0, found ", eps_, "; the usual value is 1e-8");
-  TS_CHECK(weight_decay_ >= 0, "AdamW: expected optim.weight_decay >= 0, found ", weight_decay_);
+    : params_(std::move(params)), config_(config) {
+  TS_CHECK(config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 && config.beta2 < 1,
+           "AdamW: expected optim.beta1 and optim.beta2 in [0, 1), found beta1 = ", config.beta1,
+           ", beta2 = ", config.beta2, "; the usual values are 0.9 and 0.95");
+  TS_CHECK(config.eps >= 0, "AdamW: expected optim.eps >= 0, found ", config.eps,
+           "; the usual value is 1e-8");
+  TS_CHECK(config.weight_decay >= 0, "AdamW: expected optim.weight_decay >= 0, found ",
+           config.weight_decay);
   std::set<std::string> names;
   std::set<const TensorImpl*> tensors;
   for (const auto& p : params_) {
@@ -48,15 +60,7 @@ void AdamW::step(double lr) {
     const Tensor& p = params_[i].tensor;
     const Tensor g = p.grad();
     if (!g.defined()) continue; // no gradient this step: PyTorch skips the parameter entirely
-    const std::int64_t t = ++steps_[i];
-    const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t));
-    const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t));
-    const AdamWStep k{params_[i].decay ? 1.0 - lr * weight_decay_ : 1.0,
-                      beta1_,
-                      beta2_,
-                      eps_,
-                      lr / bc1,
-                      std::sqrt(bc2)};
+    const AdamWStep k = adamw_constants(config_, lr, ++steps_[i], params_[i].decay);
     TS_CHECK(g.dtype() == p.dtype() && g.device() == p.device(), "AdamW::step: expected the ",
              "gradient of '", params_[i].name, "' as ", dtype_name(p.dtype()), " on ",
              p.device().str(), ", found ", dtype_name(g.dtype()), " on ", g.device().str());

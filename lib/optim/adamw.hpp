@@ -5,6 +5,7 @@
 // so a parameter first trained at step 5 takes a "first" Adam step there, not a fifth one.
 #pragma once
 
+#include "backend/backend.hpp"
 #include "core/tensor.hpp"
 #include "nn/parameter.hpp"
 #include "optim/config.hpp"
@@ -18,6 +19,12 @@ namespace tinyscale::optim {
 
 /// A checkpointable optimizer state: (name, tensor) pairs.
 using StateTensors = std::vector<std::pair<std::string, Tensor>>;
+
+/// The scalars of AdamW's update of one parameter at its step `t` (1 for its first update) and
+/// learning rate `lr`, as torch.optim.AdamW computes them; `decay` says whether weight decay
+/// applies. AdamW::step uses it, and so does ZeRO's update of a shard (chapter 07), so both run
+/// the same arithmetic element for element.
+AdamWStep adamw_constants(const OptimConfig& config, double lr, std::int64_t t, bool decay);
 
 /// AdamW over a fixed list of host parameters (float32 or float64), with state m and v per
 /// parameter.
@@ -47,7 +54,7 @@ public:
 
 private:
   nn::ParameterList params_;
-  double beta1_, beta2_, eps_, weight_decay_;
+  OptimConfig config_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_; // m and v, same shape and dtype as the parameter
   std::vector<std::int64_t> steps_;
 };

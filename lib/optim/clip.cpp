@@ -29,12 +29,17 @@ double clip_grad_norm(const nn::ParameterList& params, double max_norm) {
   return norm;
 }
 
-void clip_grads_to_norm(const nn::ParameterList& params, double max_norm, double norm) {
-  if (max_norm <= 0) return;
+double clip_factor(double max_norm, double norm) {
+  if (max_norm <= 0) return 1.0;
   // PyTorch's rule: the 1e-6 keeps the division finite; the factor is clamped at 1, so grads with
-  // norm + 1e-6 <= max_norm are left exactly as they are.
+  // norm + 1e-6 <= max_norm are left exactly as they are (and a NaN norm leaves them alone).
   const double factor = max_norm / (norm + 1e-6);
-  if (!(factor < 1.0)) return;
+  return factor < 1.0 ? factor : 1.0;
+}
+
+void clip_grads_to_norm(const nn::ParameterList& params, double max_norm, double norm) {
+  const double factor = clip_factor(max_norm, norm);
+  if (factor == 1.0) return;
   for (const auto& p : params) {
     const Tensor g = p.tensor.grad();
     if (!g.defined()) continue;

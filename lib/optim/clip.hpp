@@ -16,6 +16,10 @@ double global_grad_norm(const nn::ParameterList& params);
 /// gradients as they are: check the returned norm before stepping.
 double clip_grad_norm(const nn::ParameterList& params, double max_norm);
 
+/// The factor clipping multiplies every gradient by: min(1, max_norm / (norm + 1e-6)), PyTorch's
+/// rule; 1 when max_norm <= 0 or the norm is NaN (clipping off).
+double clip_factor(double max_norm, double norm);
+
 /// The scaling step of clip_grad_norm with a norm computed elsewhere (a sharded model's norm,
 /// summed over ranks: tp/gradients.hpp): scales every gradient by min(1, max_norm / (norm +
 /// 1e-6)); max_norm <= 0 or a NaN norm leaves them as they are.

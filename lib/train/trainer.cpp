@@ -33,14 +33,21 @@ const nn::ParameterList& placed(const nn::ParameterList& params, Device device,
   return params;
 }
 
+// What the Trainer's own AdamW updates: every parameter, or none when the caller keeps the state.
+nn::ParameterList optimized(const nn::ParameterList& params, OptimizerOwner owner) {
+  return owner == OptimizerOwner::Trainer ? params : nn::ParameterList{};
+}
+
 } // namespace
 
-Trainer::Trainer(io::RunConfig config, const nn::MoeLayerFactory& moe_layer)
+Trainer::Trainer(io::RunConfig config, const nn::MoeLayerFactory& moe_layer,
+                 OptimizerOwner optimizer_owner)
     : config_(validated(config)),
       data_(data::TokenDataset::open(config.data, config.model.vocab_size)),
       device_(parse_device(config.train.device)),
-      model_(config.model, config.train.seed, moe_layer),
-      optimizer_(placed(model_.parameters(), device_, config.model), config.optim) {}
+      model_(config.model, config.train.seed, moe_layer), optimizer_owner_(optimizer_owner),
+      optimizer_(optimized(placed(model_.parameters(), device_, config.model), optimizer_owner),
+                 config.optim) {}
 
 Device parse_device(const std::string& name) {
   if (name == "cpu") return Device::cpu();
@@ -58,10 +65,11 @@ double Trainer::flops_per_token() const {
 
 void Trainer::zero_grad() { optimizer_.zero_grad(); }
 
-nn::ModelOutput Trainer::forward_micro_batch(std::int64_t row_begin, std::int64_t rows) const {
+nn::ModelOutput Trainer::forward_micro_batch(std::int64_t row_begin, std::int64_t rows,
+                                             nn::ForwardHooks* hooks) const {
   const TrainConfig& t = config_.train;
   data::Batch b = data_.batch(data::Split::Train, step_, t.batch_size, t.seq_len, row_begin, rows);
-  nn::ForwardContext ctx{true, t.seed, step_, row_begin};
+  nn::ForwardContext ctx{true, t.seed, step_, row_begin, hooks};
   return model_.forward(b.inputs.to(device_), b.targets.to(device_), ctx);
 }
 
@@ -91,15 +99,25 @@ void Trainer::add_micro_batch(StepResult& r, const nn::ModelOutput& out, double 
 
 void Trainer::finish_step(StepResult& r, std::chrono::steady_clock::time_point start,
                           const std::function<double()>& global_grad_norm) {
-  const TrainConfig& t = config_.train;
+  TS_CHECK(optimizer_owner_ == OptimizerOwner::Trainer, "Trainer::finish_step: the optimizer ",
+           "state is the caller's (OptimizerOwner::Caller); step it there and call end_step");
   if (global_grad_norm) {
     r.grad_norm = global_grad_norm();
     optim::clip_grads_to_norm(model_.parameters(), config_.optim.grad_clip, r.grad_norm);
   } else {
     r.grad_norm = optim::clip_grad_norm(model_.parameters(), config_.optim.grad_clip);
   }
-  r.lr = optim::learning_rate(config_.optim, step_, t.steps);
-  optimizer_.step(r.lr);
+  optimizer_.step(learning_rate());
+  end_step(r, start);
+}
+
+double Trainer::learning_rate() const {
+  return optim::learning_rate(config_.optim, step_, config_.train.steps);
+}
+
+void Trainer::end_step(StepResult& r, std::chrono::steady_clock::time_point start) {
+  const TrainConfig& t = config_.train;
+  r.lr = learning_rate();
   backend_for(device_).synchronize(); // a GPU step has finished only when its kernels have
   ++step_;
   r.step = step_;
@@ -140,12 +158,16 @@ double Trainer::evaluate() const {
   return total / static_cast<double>(t.eval_batches);
 }
 
-std::string Trainer::save_checkpoint() const {
+std::string Trainer::save_checkpoint(optim::StateTensors optimizer_state) const {
+  const bool mine = optimizer_owner_ == OptimizerOwner::Trainer;
+  TS_CHECK(mine == optimizer_state.empty(), "Trainer::save_checkpoint: expected the optimizer ",
+           "state ", mine ? "from this trainer (pass none)" : "from the caller, who owns it",
+           ", found ", mine ? "one passed in" : "none");
   io::Checkpoint c;
   c.step = step_;
   c.config_toml = io::to_toml(config_);
   for (const auto& p : model_.parameters()) c.model.emplace_back(p.name, p.tensor);
-  c.optimizer = optimizer_.state_tensors();
+  c.optimizer = mine ? optimizer_.state_tensors() : std::move(optimizer_state);
   // The only random state is (seed, step): data rows and dropout masks are pure functions of it.
   c.state = {{"train_seed", config_.train.seed}, {"data_seed", config_.data.seed}};
   return io::write_checkpoint(config_.train.checkpoint_dir, c);
@@ -200,7 +222,8 @@ void Trainer::restore(const io::Checkpoint& c, const std::string& path) {
   TS_CHECK(saved.size() == model_.parameters().size(), "resume: the checkpoint ", path, " has ",
            saved.size(), " parameters, this model ", model_.parameters().size(),
            "; the model configs differ");
-  optimizer_.load_state(c.optimizer); // validates all of it before it changes anything
+  // validates all of it before it changes anything; a caller-owned state is the caller's to load
+  if (optimizer_owner_ == OptimizerOwner::Trainer) optimizer_.load_state(c.optimizer);
   NoGradGuard no_grad;
   for (const auto& p : model_.parameters()) Tensor(p.tensor).copy_(saved.at(p.name));
   step_ = c.step;

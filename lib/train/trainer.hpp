@@ -35,7 +35,10 @@ struct StepResult {
                                       ///< losses averaged
 };
 
-/// Owns the model, optimizer and data of one run.
+/// Who holds the AdamW state: the Trainer (every chapter but 07), or the caller (ZeRO, chapter 07,
+/// which keeps only this rank's shard of it; the Trainer then allocates no moments).
+enum class OptimizerOwner { Trainer, Caller };
+
 /// The Device named by train.device ("cpu" or "cuda"); throws, saying why, when a CUDA run is
 /// asked of a CPU-only build or a machine without a GPU.
 Device parse_device(const std::string& name);
@@ -44,12 +47,16 @@ Device parse_device(const std::string& name);
 /// `path` in every key but logging, evaluation and checkpoint keys (what resume() checks).
 void check_same_run(const io::RunConfig& saved, const io::RunConfig& now, const std::string& path);
 
+/// Owns the model, optimizer and data of one run.
 class Trainer {
 public:
   /// Validates the config, builds the data (fails on a bad file before the model is built),
   /// the model and the optimizer. `moe_layer` builds the MoE sublayers (empty: all experts here;
   /// expert parallelism passes its own, chapter 08).
-  explicit Trainer(io::RunConfig config, const nn::MoeLayerFactory& moe_layer = {});
+  /// With OptimizerOwner::Caller the optimizer has no parameters: the caller steps, saves and
+  /// restores the optimizer state itself (resume() then restores parameters and step only).
+  explicit Trainer(io::RunConfig config, const nn::MoeLayerFactory& moe_layer = {},
+                   OptimizerOwner optimizer_owner = OptimizerOwner::Trainer);
 
   /// Restores model, optimizer and step from a checkpoint (a step directory or a checkpoint
   /// root); the checkpoint's parameter names and shapes must match this model.
@@ -59,7 +66,9 @@ public:
   /// parallel trainer passes the part of a checkpoint this rank holds (chapter 08).
   void restore(const io::Checkpoint& checkpoint, const std::string& path);
   /// Writes a checkpoint of the current state under train.checkpoint_dir; returns its directory.
-  std::string save_checkpoint() const;
+  /// With OptimizerOwner::Caller, `optimizer_state` is the AdamW state to write (in
+  /// AdamW::state_tensors()'s layout); otherwise it must be empty.
+  std::string save_checkpoint(optim::StateTensors optimizer_state = {}) const;
 
   /// Runs one optimizer step: zero_grad, micro_batches x (forward_micro_batch, backward of
   /// loss / micro_batches, add_micro_batch), finish_step.
@@ -72,7 +81,9 @@ public:
   void zero_grad();
   /// The training forward pass of rows [row_begin, row_begin + rows) of the current step's
   /// global batch; dropout masks follow the global row, so any rank may run any rows.
-  nn::ModelOutput forward_micro_batch(std::int64_t row_begin, std::int64_t rows) const;
+  /// `hooks` (optional) are called around each block and the head (ZeRO-3, chapter 07).
+  nn::ModelOutput forward_micro_batch(std::int64_t row_begin, std::int64_t rows,
+                                      nn::ForwardHooks* hooks = nullptr) const;
   /// Adds one micro-batch's losses (times `weight`) and MoE counts to `r`.
   static void add_micro_batch(StepResult& r, const nn::ModelOutput& out, double weight);
   /// Ends a step whose gradients are complete: global-norm clipping, AdamW at the scheduled
@@ -81,6 +92,11 @@ public:
   /// of the gradients (experts on other ranks, chapter 08); it must be collective-safe.
   void finish_step(StepResult& r, std::chrono::steady_clock::time_point start,
                    const std::function<double()>& global_grad_norm = {});
+  /// The last part of finish_step, for a caller that clipped and stepped its own optimizer
+  /// (ZeRO): waits for the device, step + 1, fills r.step, r.lr, r.seconds and r.tokens_per_s.
+  void end_step(StepResult& r, std::chrono::steady_clock::time_point start);
+  /// The learning rate of the current step (the schedule at step()).
+  double learning_rate() const;
   /// Steps completed so far.
   std::int64_t step() const { return step_; }
   const io::RunConfig& config() const { return config_; }
@@ -98,6 +114,7 @@ private:
   data::TokenDataset data_;
   Device device_;
   nn::GPT model_;
+  OptimizerOwner optimizer_owner_;
   optim::AdamW optimizer_;
   std::int64_t step_ = 0;
 };

@@ -1,0 +1,115 @@
+// ZeRO (Rajbhandari et al. 2020; chapter 07): data parallelism whose training state is sharded
+// over the N ranks of the dp group, one unit (zero/unit.hpp) at a time. Every rank keeps 1/N of
+// the AdamW moments (stage 1); of the gradients too (stage 2: each micro-batch's gradients are
+// reduce-scattered as soon as a unit's are complete, and only this rank's shard is kept); and of
+// the parameters too (stage 3: a unit is all-gathered before its forward and again before its
+// backward, and freed after each, with the next unit's gather prefetched). A rank updates only
+// its shard with AdamW; stages 1 and 2 then all-gather the parameters, stage 3 gathers them when
+// they are next used. Memory is counted by the allocator, per kind (ZeroMemory).
+// The easy thing to get wrong: the order of collectives. Gathers follow the forward and backward
+// order, reduce-scatters the order units complete in backward; on one communicator two ranks
+// could interleave them differently (a MoE expert without tokens completes a unit at another
+// moment), so each kind runs on its own duplicate of the dp group.
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "comm/counting.hpp"
+#include "nn/context.hpp"
+#include "nn/parameter.hpp"
+#include "optim/adamw.hpp"
+#include "optim/config.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tinyscale::zero {
+
+/// What a run shards.
+struct ZeroOptions {
+  /// 1: optimizer state; 2: also gradients; 3: also parameters.
+  int stage = 1;
+  /// Stage 3: start gathering the next unit while this one computes (forward and backward).
+  bool prefetch = true;
+  /// For tests only: never reduce-scatter this unit (-1: none); its shard keeps this rank's own
+  /// gradient. The negative control that shows the equivalence test notices one missing unit.
+  int skip_unit = -1;
+};
+
+/// Bytes one rank holds, as counted by the allocator (MemoryCounter), never computed from sizes.
+struct ZeroMemory {
+  std::int64_t parameters = 0; ///< full flat parameters (stages 1, 2) or this rank's shards (3)
+  std::int64_t gradients = 0;  ///< full flat gradients (stage 1) or the reduced shards (2, 3)
+  std::int64_t optimizer = 0;  ///< AdamW moments of this rank's shards
+  /// Stage 3: the most bytes of gathered parameters held at once (since reset_peaks()).
+  std::int64_t gathered_peak = 0;
+  /// Stages 2, 3: the most bytes of flat gradients held at once while waiting for their
+  /// reduce-scatter (since reset_peaks()).
+  std::int64_t reduce_peak = 0;
+};
+
+/// The ZeRO wrapper around a GPT's parameters on one rank of the dp group. The parameters become
+/// views into per-unit flat buffers; the gradients are taken from them as they become ready.
+class ShardedDataParallel : public nn::ForwardHooks {
+public:
+  /// Collective over `group`: broadcasts the parameters from rank 0, splits the group into a
+  /// gather and a reduce communicator, lays the units out and allocates this rank's state.
+  /// `params` must be a GPT's with `n_layer` blocks, on the CPU, in one floating dtype.
+  ShardedDataParallel(nn::ParameterList params, int n_layer, comm::Communicator& group,
+                      const optim::OptimConfig& optim, ZeroOptions options);
+  ~ShardedDataParallel() override;
+  ShardedDataParallel(const ShardedDataParallel&) = delete;
+  ShardedDataParallel& operator=(const ShardedDataParallel&) = delete;
+
+  /// Before a micro-batch's forward. `last`: its backward ends the step's accumulation (stage 1
+  /// reduce-scatters only then; stages 2 and 3 after every micro-batch). Stage 3 gathers the
+  /// embeddings and head.
+  void begin_micro_batch(bool last);
+  /// After the micro-batch's backward: launches the reduce-scatters no hook launched, waits for
+  /// all of them, adds each unit's reduced shard to this rank's gradient shard (stages 2, 3) and
+  /// frees what stage 3 gathered.
+  void end_micro_batch();
+  /// Collective: the L2 norm of the whole reduced gradient (every rank's shards together).
+  double grad_norm();
+  /// Collective: multiplies the gradient shards by `clip_factor`, updates this rank's shard of
+  /// every parameter that had a gradient on some rank with AdamW at `lr`, all-gathers the
+  /// parameters (stages 1, 2) and clears the gradients for the next step.
+  void step(double lr, double clip_factor);
+
+  // Stage 3's forward hooks (nothing happens at stages 1, 2).
+  void before_block(int layer) override;
+  Tensor after_block(int layer, const Tensor& y) override;
+  Tensor after_head(const Tensor& logits) override;
+
+  /// Collective: stage 3 gathers every unit, so the whole model can be read or run without hooks
+  /// (evaluation, checkpoints, tests); stages 1 and 2 hold it anyway.
+  void gather_all();
+  /// Stage 3: frees every gathered unit. When `keep_values`, first copies this rank's part of
+  /// each gathered unit into its parameter shard (after parameters were loaded into the model).
+  void release_all(bool keep_values = false);
+
+  /// Collective: the whole AdamW state in optim::AdamW::state_tensors()'s layout (the
+  /// single-rank checkpoint's), gathered from the shards.
+  optim::StateTensors optimizer_state();
+  /// Takes this rank's shard of a single-rank AdamW state; checks every name and shape first.
+  void load_optimizer_state(const optim::StateTensors& state);
+
+  int stage() const;
+  /// Elements of the model (Psi), without padding.
+  std::int64_t parameter_count() const;
+  /// Elements of this rank's shards (padding included): sum over units of padded / N.
+  std::int64_t shard_elements() const;
+  ZeroMemory memory() const;
+  void reset_peaks();
+  /// What the gather and the reduce-scatter communicators moved since reset_counts(), by region
+  /// ("forward gather", "backward gather", "parameter gather", "gradient reduce-scatter").
+  comm::CommCounts counts() const;
+  void reset_counts();
+
+private:
+  struct State;
+  std::shared_ptr<State> state_; // shared with the hooks and graph nodes, which hold it weakly
+};
+
+} // namespace tinyscale::zero

@@ -1,0 +1,106 @@
+#include "zero/trainer.hpp"
+
+#include "autograd/engine.hpp"
+#include "core/error.hpp"
+#include "dp/trainer.hpp"
+#include "optim/clip.hpp"
+
+namespace tinyscale::zero {
+
+void check_zero_layout(const io::RunConfig& config, int ranks, int stage) {
+  TS_CHECK(stage >= 1 && stage <= 3, "--zero: expected 0 (plain data parallelism), 1, 2 or 3, ",
+           "found ", stage);
+  const auto& t = config.train;
+  const std::int64_t n = ranks;
+  TS_CHECK(t.micro_batches >= 1 && t.batch_size % (n * t.micro_batches) == 0,
+           "ZeRO: expected train.batch_size (", t.batch_size, ") to divide by dp (", n,
+           ") x train.micro_batches (", t.micro_batches, ") = ", n * t.micro_batches,
+           ", found a remainder; choose a batch size that is a multiple of ", n * t.micro_batches);
+  TS_CHECK(t.device == "cpu", "ZeRO: expected train.device = \"cpu\", found \"", t.device,
+           "\"; this version shards in host memory (GPU ZeRO is future work)");
+}
+
+namespace {
+const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicator& group,
+                             int stage) {
+  check_zero_layout(config, group.size(), stage);
+  return config;
+}
+} // namespace
+
+ZeroTrainer::ZeroTrainer(io::RunConfig config, comm::Communicator& group, ZeroOptions options)
+    : trainer_(checked(config, group, options.stage), {}, train::OptimizerOwner::Caller),
+      group_(&group) {
+  rows_ = config.train.batch_size / (group.size() * config.train.micro_batches);
+  zero_ = std::make_unique<ShardedDataParallel>(trainer_.model().parameters(), config.model.n_layer,
+                                                group, config.optim, options);
+}
+
+train::StepResult ZeroTrainer::train_step() {
+  const auto start = std::chrono::steady_clock::now();
+  const train::TrainConfig& t = trainer_.config().train;
+  const std::int64_t k = t.micro_batches, rank = group_->rank();
+  // Each micro-batch's mean loss is weighted by its share of the step's tokens, so the gradients
+  // summed over ranks are the gradient of the mean over the whole batch (dp/accumulate.hpp).
+  const std::int64_t global_tokens = t.batch_size * t.seq_len, tokens = rows_ * t.seq_len;
+  const double weight = static_cast<double>(tokens) / static_cast<double>(global_tokens);
+  nn::ForwardHooks* hooks = zero_->stage() == 3 ? zero_.get() : nullptr;
+  train::StepResult r;
+  activations_.reset_peak();
+  const std::int64_t before = activations_.live_bytes();
+  for (std::int64_t m = 0; m < k; ++m) {
+    zero_->begin_micro_batch(m + 1 == k);
+    {
+      CountAllocations count(activations_);
+      nn::ModelOutput out = trainer_.forward_micro_batch((rank * k + m) * rows_, rows_, hooks);
+      train::Trainer::add_micro_batch(r, out, weight);
+      backward(out.loss * weight);
+    }
+    zero_->end_micro_batch();
+  }
+  activation_peak_ = activations_.peak_bytes() - before;
+  dp::reduce_step_result(*group_, r);
+  r.grad_norm = zero_->grad_norm();
+  zero_->step(trainer_.learning_rate(),
+              optim::clip_factor(trainer_.config().optim.grad_clip, r.grad_norm));
+  trainer_.end_step(r, start);
+  return r;
+}
+
+double ZeroTrainer::evaluate() {
+  zero_->gather_all();
+  const double loss = trainer_.evaluate();
+  zero_->release_all();
+  return loss;
+}
+
+std::string ZeroTrainer::save_checkpoint() {
+  optim::StateTensors state = zero_->optimizer_state();
+  zero_->gather_all();
+  std::string dir;
+  if (group_->rank() == 0) dir = trainer_.save_checkpoint(std::move(state));
+  zero_->release_all();
+  group_->barrier(); // the checkpoint is complete on disk when any rank returns
+  return group_->rank() == 0
+             ? dir
+             : trainer_.config().train.checkpoint_dir + "/" + io::checkpoint_dir_name(step());
+}
+
+void ZeroTrainer::resume(const std::string& path) {
+  const io::Checkpoint c = io::read_checkpoint(path);
+  zero_->gather_all();
+  trainer_.restore(c, path); // checks everything, then copies the parameters in
+  zero_->release_all(/*keep_values=*/true);
+  zero_->load_optimizer_state(c.optimizer);
+}
+
+nn::ParameterList ZeroTrainer::gathered_parameters() {
+  zero_->gather_all();
+  nn::ParameterList copies;
+  for (const auto& p : trainer_.model().parameters())
+    copies.push_back({p.name, p.tensor.clone(), p.decay});
+  zero_->release_all();
+  return copies;
+}
+
+} // namespace tinyscale::zero
