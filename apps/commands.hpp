@@ -24,6 +24,8 @@ void add_bench_tp(CLI::App& bench);
 /// Adds `bench ep`: one expert-parallel MoE layer's dispatch, expert and combine times, its
 /// all-to-all bytes against the balanced-routing formula and its expert load, balanced and skewed.
 void add_bench_ep(CLI::App& bench);
+/// Adds `bench zero`: memory per rank, bytes sent and step time per ZeRO stage and dp size.
+void add_bench_zero(CLI::App& bench);
 /// Adds `train`: the single-rank training run.
 void add_train(CLI::App& app);
 /// Adds `export-hf`: a checkpoint as a Hugging Face GPT-2 model.

@@ -1,10 +1,11 @@
 // `tinyscale train`: the training run of chapter 02, on one rank, data parallel (chapter 04:
 // --dp N on threads, or every rank of mpirun), tensor parallel (05: --tp) or expert parallel
-// (08: --ep). It prints one line per train.log_every steps, a
-// progress bar with ETA on an interactive terminal, validation loss beside the data's entropy
-// rate where it is known, writes JSON lines with --metrics and a Chrome trace with --trace.
-// Easy to get wrong: MFU needs a peak; without one it prints "n/a" and how to get one. Under data
-// parallelism only rank 0 prints, writes metrics and checkpoints (the replicas are identical).
+// (08: --ep), or with its state sharded by ZeRO (07: --zero). It prints one line per
+// train.log_every steps, a progress bar with ETA on an interactive terminal, validation loss beside
+// the data's entropy rate where it is known, writes JSON lines with --metrics and a Chrome trace
+// with --trace. Easy to get wrong: MFU needs a peak; without one it prints "n/a" and how to get
+// one. Under data parallelism only rank 0 prints, writes metrics and checkpoints (the replicas are
+// identical).
 #include "comm/launch.hpp"
 #include "commands.hpp"
 #include "dp/trainer.hpp"
@@ -16,6 +17,8 @@
 #include "metrics/trace.hpp"
 #include "tp/trainer.hpp"
 #include "train/trainer.hpp"
+#include "zero/memory.hpp"
+#include "zero/trainer.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -45,6 +48,8 @@ struct TrainOptions {
   int ep = 1; // expert-parallel ranks (chapter 08); > 1 runs ep::EpTrainer inside dp
   std::string ep_placement = "contiguous";
   std::string ep_capacity = "local";
+  int zero = 0; // ZeRO stage (chapter 07); > 0 runs zero::ZeroTrainer over --dp ranks
+  bool no_prefetch = false;
   std::string backend = "auto";
   std::int64_t bucket_kb = 256;
   bool no_overlap = false;
@@ -86,6 +91,7 @@ std::int64_t parameter_count(const train::Trainer& t) {
 }
 std::int64_t parameter_count(const tp::TpTrainer& t) { return t.parameter_count(); }
 std::int64_t parameter_count(const ep::EpTrainer& t) { return t.parameter_count(); }
+std::int64_t parameter_count(const zero::ZeroTrainer& t) { return t.sharded().parameter_count(); }
 
 /// Adds what only a parallel run knows to a step's JSON line and terminal text (root only).
 using Annotate = std::function<void(const train::StepResult&, nlohmann::json&, std::string&)>;
@@ -98,8 +104,9 @@ template <typename TrainerT>
 void run_loop(const TrainOptions& opt, const io::RunConfig& config, TrainerT& trainer,
               const std::function<train::StepResult()>& step, bool root, int ranks,
               const Annotate& annotate = {}) {
-  constexpr bool collective_save =
-      std::is_same_v<TrainerT, tp::TpTrainer> || std::is_same_v<TrainerT, ep::EpTrainer>;
+  constexpr bool collective_save = std::is_same_v<TrainerT, tp::TpTrainer> ||
+                                   std::is_same_v<TrainerT, ep::EpTrainer> ||
+                                   std::is_same_v<TrainerT, zero::ZeroTrainer>;
   const train::TrainConfig& t = config.train;
   const bool resuming = opt.resume_latest || !opt.resume.empty();
   if (resuming) {
@@ -386,6 +393,64 @@ void run_ep_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
   if (root && !loads.empty()) print_ep_load(loads);
 }
 
+// One rank of a ZeRO run (chapter 07): --dp data-parallel ranks with the training state sharded.
+// Each step line adds this rank's state and the bytes it sent; the run ends with the memory table
+// (rank 0's, counted by the allocator) beside Rajbhandari et al.'s formulas.
+void run_zero_rank(const TrainOptions& opt, const io::RunConfig& config,
+                   comm::Communicator& world) {
+  TS_CHECK(opt.dp == 0 || world.size() == opt.dp, "train: expected ", opt.dp,
+           " ranks (--dp), found a world of ", world.size(),
+           " (mpirun -np decides the ranks under mpirun; pass the same --dp or leave it out)");
+  TS_CHECK(opt.trace_path.empty(), "train: --trace records plain data-parallel runs only ",
+           "(chapter 04); leave it out with --zero");
+  zero::check_zero_layout(config, world.size(), opt.zero);
+  zero::ZeroTrainer trainer(config, world, {opt.zero, !opt.no_prefetch});
+  const bool root = world.rank() == 0;
+  const int n = world.size();
+  if (root)
+    std::printf("ZeRO stage %d: dp %d (%s) | %lld micro-batches of %lld rows per rank | %s%s\n",
+                opt.zero, n, world.backend(), static_cast<long long>(config.train.micro_batches),
+                static_cast<long long>(trainer.micro_batch_rows()),
+                opt.zero == 1   ? "optimizer state sharded"
+                : opt.zero == 2 ? "optimizer state and gradients sharded"
+                                : "optimizer state, gradients and parameters sharded",
+                opt.zero == 3 ? (opt.no_prefetch ? ", no prefetch" : ", next unit prefetched")
+                              : "");
+  auto kib = [](double bytes) { return bytes / 1024.0; };
+  auto annotate = [&](const train::StepResult&, nlohmann::json& line, std::string& text) {
+    const zero::ZeroMemory m = trainer.sharded().memory();
+    double sent = 0;
+    for (const auto& [key, count] : trainer.sharded().counts()) sent += count.wire_bytes;
+    trainer.sharded().reset_counts();
+    line["zero"] = {{"stage", opt.zero},
+                    {"dp", n},
+                    {"parameter_bytes", m.parameters},
+                    {"gradient_bytes", m.gradients},
+                    {"optimizer_bytes", m.optimizer},
+                    {"activation_peak_bytes", trainer.activation_peak()},
+                    {"gathered_peak_bytes", m.gathered_peak},
+                    {"sent_bytes", sent}};
+    char buf[120];
+    std::snprintf(buf, sizeof buf, " | state %.0f KiB/rank | sent %.0f KiB",
+                  kib(static_cast<double>(m.parameters + m.gradients + m.optimizer)), kib(sent));
+    text += buf;
+  };
+  run_loop(
+      opt, config, trainer, [&] { return trainer.train_step(); }, root, n, annotate);
+  if (!root) return;
+  const zero::ZeroMemory m = trainer.sharded().memory();
+  const double psi = static_cast<double>(trainer.sharded().parameter_count());
+  const zero::StateBytes f = zero::state_bytes_formula(opt.zero, psi, n);
+  std::printf("memory of rank 0 (allocator) beside Rajbhandari et al. (fp32: 4 + 4 + 8 bytes per "
+              "parameter, psi = %.0f, N = %d):\n| state | measured KiB | formula KiB |\n"
+              "|---|---|---|\n| parameters | %.1f | %.1f |\n| gradients | %.1f | %.1f |\n"
+              "| optimizer | %.1f | %.1f |\n| activations (peak) | %.1f | - |\n",
+              psi, n, kib(static_cast<double>(m.parameters)), kib(f.parameters),
+              kib(static_cast<double>(m.gradients)), kib(f.gradients),
+              kib(static_cast<double>(m.optimizer)), kib(f.optimizer),
+              kib(static_cast<double>(trainer.activation_peak())));
+}
+
 void run_train(const TrainOptions& opt) {
   if (opt.list_keys) {
     std::cout << io::describe_keys();
@@ -400,6 +465,13 @@ void run_train(const TrainOptions& opt) {
            "--tp 2 or more; found --tp ", opt.tp);
   TS_CHECK(opt.ep == 1 || opt.tp == 1, "train: --ep with --tp (experts inside tensor ",
            "parallelism) comes with chapter 10; run --ep inside data parallelism (--dp) only");
+  TS_CHECK(opt.zero == 0 || (opt.tp == 1 && opt.ep == 1), "train: --zero with --tp or --ep ",
+           "comes with chapter 10; run --zero over data parallelism (--dp) only");
+  if (opt.zero > 0) {
+    comm::run_world(backend, std::max(1, opt.dp),
+                    [&](comm::Communicator& world) { run_zero_rank(opt, config, world); });
+    return;
+  }
   if (opt.ep > 1) {
     // On threads the world is --dp (default: ep); under mpirun, -np.
     comm::run_world(backend, opt.dp > 0 ? opt.dp : opt.ep,
@@ -428,8 +500,9 @@ void run_train(const TrainOptions& opt) {
 void add_train(CLI::App& app) {
   auto opt = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand(
-      "train", "Train a GPT-2 (or MoE) model on one CPU rank, data parallel (--dp N, mpirun), "
-               "tensor parallel (--tp N [--sp]) or expert parallel (--ep N)");
+      "train",
+      "Train a GPT-2 (or MoE) model on one CPU rank, data parallel (--dp N, mpirun), "
+      "tensor parallel (--tp N [--sp]), expert parallel (--ep N) or with ZeRO (--zero 1|2|3)");
   cmd->add_option("--config", opt->config, "TOML run config, e.g. configs/tiny.toml");
   cmd->add_option("--set", opt->overrides,
                   "Override a config key: --set model.n_layer=4 (repeatable)");
@@ -470,6 +543,13 @@ void add_train(CLI::App& app) {
                   "dp/ep x micro_batches micro-batches)")
       ->capture_default_str()
       ->check(CLI::IsMember({"local", "global"}));
+  cmd->add_option("--zero", opt->zero,
+                  "ZeRO stage over the --dp ranks (chapter 07): 0 plain data parallelism, 1 "
+                  "shards the optimizer state, 2 also the gradients, 3 also the parameters")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3));
+  cmd->add_flag("--no-prefetch", opt->no_prefetch,
+                "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,
                   "Where the ranks (--dp, --tp, --ep) run: auto (mpi under mpirun, else threads), "
                   "threads, mpi")

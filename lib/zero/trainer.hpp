@@ -44,8 +44,12 @@ public:
   nn::ParameterList gathered_parameters();
 
   std::int64_t step() const { return trainer_.step(); }
+  Device device() const { return trainer_.device(); }
+  double flops_per_token() const { return trainer_.flops_per_token(); }
+  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
   const train::Trainer& trainer() const { return trainer_; }
   ShardedDataParallel& sharded() { return *zero_; }
+  const ShardedDataParallel& sharded() const { return *zero_; }
   const io::RunConfig& config() const { return trainer_.config(); }
   /// Rows per micro-batch on each rank: batch_size / (N x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }
