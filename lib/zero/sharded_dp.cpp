@@ -10,6 +10,7 @@
 #include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 #include "dp/bucket.hpp"
+#include "zero/flat_comm.hpp"
 #include "zero/shard.hpp"
 #include "zero/unit.hpp"
 
@@ -195,52 +196,30 @@ void ShardedDataParallel::State::on_ready(std::size_t param) {
 // Launches unit `unit`'s reduce-scatter: the flat gradient is summed over the ranks in place, and
 // this rank's shard of the sum lands at its own offset. Stage 3 frees the unit's gathered
 // parameters here: every gradient of the unit is in, so its backward is over.
-// Hint: the flat gradient holds N shards of u.layout.shard elements; this rank's starts
-// own_offset(u) elements in (in bytes: times dtype_size(dtype)). Start the reduce-scatter with
-// reduce_comm->reduce_scatter_async, in place, keep its handle in u.reducing (end_micro_batch
-// waits for it), count it under the region "gradient reduce-scatter" (comm::CountingRegion),
-// and at stage 3 release(u).
 void ShardedDataParallel::State::launch_reduce(std::size_t unit) {
   Unit& u = units[unit];
   if (!u.grad_flat.defined()) // no gradient on this rank in this pass: it still joins the sum
     u.grad_flat = counted_zeros(flat_grad_counter(), u.layout.padded, dtype);
-  if (static_cast<int>(unit) == options.skip_unit) { // the negative control
-    if (options.stage == 3) release(u);
-    return;
+  if (static_cast<int>(unit) != options.skip_unit) { // skipped: the negative control
+    comm::CountingRegion region(*reduce_comm, "gradient reduce-scatter");
+    u.reducing = reduce_scatter_flat(*reduce_comm, u.grad_flat, u.layout);
   }
-  // EXERCISE 7.2 begin: the reduce-scatter of a complete unit
-  auto* base = static_cast<char*>(u.grad_flat.raw_data());
-  comm::CountingRegion region(*reduce_comm, "gradient reduce-scatter");
-  u.reducing = reduce_comm->reduce_scatter_async(
-      base, base + own_offset(u) * static_cast<std::int64_t>(dtype_size(dtype)), u.layout.shard,
-      dtype, comm::ReduceOp::Sum);
   if (options.stage == 3) release(u);
-  // EXERCISE 7.2 end
 }
 
 // Gives the unit's flat parameters their bytes back and starts filling them from every rank's
 // shard; with `wait`, returns once they are complete. A unit already gathered (or on its way) is
 // only waited for.
-// Hint: when !u.gathered, allocate u.layout.padded elements (counted_zeros into gathered_bytes),
-// hand their bytes to u.storage->data (every view of the unit's parameters sees them then),
-// start gather_comm->all_gather_async from u.param_shard into them (u.layout.shard elements per
-// rank; count it under `region`), keep the handle in u.gathering and set u.gathered. Then, with
-// `wait`, wait for u.gathering if there is one and reset it.
 void ShardedDataParallel::State::gather(Unit& u, const char* region, bool wait) {
-  // EXERCISE 7.3 begin: stage 3's gather of a unit
   if (!u.gathered) {
-    Tensor buffer = counted_zeros(gathered_bytes, u.layout.padded, dtype);
-    u.storage->data = buffer.impl().storage->data; // the views see the bytes again
     comm::CountingRegion scope(*gather_comm, region);
-    u.gathering = gather_comm->all_gather_async(u.param_shard.raw_data(), u.storage->data.get(),
-                                                u.layout.shard, dtype);
+    u.gathering = gather_flat(*gather_comm, u.param_shard, *u.storage, u.layout, gathered_bytes);
     u.gathered = true;
   }
   if (wait && u.gathering) {
     u.gathering->wait();
     u.gathering.reset();
   }
-  // EXERCISE 7.3 end
 }
 
 // Frees the unit's gathered parameters: every view of them (the saved tensors of the graph
@@ -251,7 +230,7 @@ void ShardedDataParallel::State::release(Unit& u) {
     u.gathering->wait();
     u.gathering.reset();
   }
-  u.storage->data.reset();
+  release_flat(*u.storage);
   u.gathered = false;
 }
 
