@@ -417,11 +417,16 @@ void run_zero_rank(const TrainOptions& opt, const io::RunConfig& config,
                 opt.zero == 3 ? (opt.no_prefetch ? ", no prefetch" : ", next unit prefetched")
                               : "");
   auto kib = [](double bytes) { return bytes / 1024.0; };
+  double sent = 0; // bytes this rank sent in the last step (not the evaluation's gathers)
+  auto step = [&] {
+    trainer.sharded().reset_counts();
+    train::StepResult r = trainer.train_step();
+    sent = 0;
+    for (const auto& [key, count] : trainer.sharded().counts()) sent += count.wire_bytes;
+    return r;
+  };
   auto annotate = [&](const train::StepResult&, nlohmann::json& line, std::string& text) {
     const zero::ZeroMemory m = trainer.sharded().memory();
-    double sent = 0;
-    for (const auto& [key, count] : trainer.sharded().counts()) sent += count.wire_bytes;
-    trainer.sharded().reset_counts();
     line["zero"] = {{"stage", opt.zero},
                     {"dp", n},
                     {"parameter_bytes", m.parameters},
@@ -435,8 +440,7 @@ void run_zero_rank(const TrainOptions& opt, const io::RunConfig& config,
                   kib(static_cast<double>(m.parameters + m.gradients + m.optimizer)), kib(sent));
     text += buf;
   };
-  run_loop(
-      opt, config, trainer, [&] { return trainer.train_step(); }, root, n, annotate);
+  run_loop(opt, config, trainer, step, root, n, annotate);
   if (!root) return;
   const zero::ZeroMemory m = trainer.sharded().memory();
   const double psi = static_cast<double>(trainer.sharded().parameter_count());

@@ -2,7 +2,7 @@
 # End-to-end check of the `tinyscale` program (label app): a short training run with metrics and
 # checkpoints, a resume that continues where it stopped, a data-parallel run (--dp 2 --trace) whose
 # losses equal the single-rank run's and whose trace `tinyscale trace` draws,
-# tensor and expert parallel runs that equal their references, an export to the
+# tensor, expert-parallel and ZeRO runs that equal their references, an export to the
 # Hugging Face layout, and a config typo that is refused with a suggestion.
 # Usage: train_smoke.sh TINYSCALE SOURCE_DIR
 set -euo pipefail
@@ -131,6 +131,43 @@ grep -q "model.moe.n_experts (4) to divide by ep (3)" "$work/ep_err.txt" ||
 if "$bin" train "${moe[@]}" --tp 2 --ep 2 2> "$work/ep_err.txt"; then fail "--ep with --tp was accepted"; fi
 grep -q "\-\-ep with \-\-tp .* comes with chapter 10" "$work/ep_err.txt" || fail "--ep --tp: no clear error"
 
+# ZeRO-3 on 2 thread ranks: the same losses as one rank (rel 1e-5), the state per rank in the
+# metrics, the memory table against the formulas, and a checkpoint one rank resumes
+"$bin" train "${common[@]}" --set "train.checkpoint_dir=\"$work/ckpt_zero\"" --dp 2 --zero 3 \
+  --metrics "$work/zero.jsonl" > "$work/zero.txt"
+grep -q "ZeRO stage 3: dp 2 (threads)" "$work/zero.txt" || fail "--zero 3 did not say so"
+grep -q "| state .* KiB/rank | sent .* KiB" "$work/zero.txt" || fail "--zero 3 printed no state per step"
+grep -q "^| optimizer | " "$work/zero.txt" || fail "--zero 3 printed no memory table"
+awk -v a="$(losses "$work/full.jsonl")" -v b="$(losses "$work/zero.jsonl")" 'BEGIN {
+  n = split(a, x, " "); m = split(b, y, " "); if (n != 6 || m != 6) exit 1
+  for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * x[i]) exit 1 } }' ||
+  fail "ZeRO-3 losses ($(losses "$work/zero.jsonl")) differ from one rank's ($(losses "$work/full.jsonl"))"
+/usr/bin/python3 - "$work/zero.jsonl" <<'PY' || fail "the metrics' zero section is wrong"
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' not in l]
+for s in steps:
+    z = s["zero"]
+    assert z["stage"] == 3 and z["dp"] == 2, z
+    # stage 3 holds half of everything at dp 2: parameters and gradients 4 B, moments 8 B per
+    # parameter, over 2 ranks (plus at most a few elements of padding)
+    assert abs(z["optimizer_bytes"] - 2 * z["parameter_bytes"]) <= 64, z
+    assert z["gradient_bytes"] == z["parameter_bytes"], z
+    assert z["sent_bytes"] > 0 and z["gathered_peak_bytes"] > 0, z
+PY
+"$bin" train "${common[@]}" --set "train.checkpoint_dir=\"$work/ckpt_zero\"" \
+  --resume "$work/ckpt_zero/step_00000003" --metrics "$work/zero_resumed.jsonl" > /dev/null ||
+  fail "one rank could not resume the ZeRO-3 checkpoint"
+awk -v a="$(tail_losses "$work/zero.jsonl" | tr '\n' ' ')" \
+    -v b="$(tail_losses "$work/zero_resumed.jsonl" | tr '\n' ' ')" 'BEGIN {
+  n = split(a, x, " "); m = split(b, y, " "); if (n != 3 || m != 3) exit 1
+  for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * x[i]) exit 1 } }' ||
+  fail "one rank resumed from the ZeRO-3 checkpoint with other losses than the ZeRO run's"
+if "$bin" train "${common[@]}" --tp 2 --zero 1 2> "$work/zero_err.txt"; then fail "--zero with --tp was accepted"; fi
+grep -q "\-\-zero with \-\-tp or \-\-ep comes with chapter 10" "$work/zero_err.txt" ||
+  fail "--zero --tp: no clear error"
+if "$bin" train "${common[@]}" --dp 3 --zero 1 2> "$work/zero_err.txt"; then fail "--dp 3 was accepted"; fi
+grep -q "to divide by dp (3)" "$work/zero_err.txt" || fail "--dp 3 --zero 1: no clear error"
+
 "$bin" export-hf "$work/hf" --checkpoint "$work/ckpt" > /dev/null
 [ -s "$work/hf/config.json" ] && [ -s "$work/hf/model.safetensors" ] || fail "export-hf wrote nothing"
 grep -q '"model_type": *"gpt2"' "$work/hf/config.json" || fail "config.json is not GPT-2's"
@@ -139,4 +176,4 @@ if "$bin" train --config "$src/configs/tiny.toml" --set model.n_embed=32 2> "$wo
   fail "a misspelt key was accepted"
 fi
 grep -q "did you mean 'model.n_embd'" "$work/err.txt" || fail "no suggestion for a misspelt key"
-echo "train_smoke: train, metrics, resume, data parallel with a trace, tensor parallel, expert parallel, export-hf and config errors behave"
+echo "train_smoke: train, metrics, resume, data parallel with a trace, tensor parallel, expert parallel, ZeRO, export-hf and config errors behave"
