@@ -29,6 +29,7 @@
 #include <memory>
 #include <type_traits>
 #include <unistd.h>
+#include <vector>
 
 namespace tinyscale::app {
 
@@ -441,18 +442,31 @@ void run_zero_rank(const TrainOptions& opt, const io::RunConfig& config,
     text += buf;
   };
   run_loop(opt, config, trainer, step, root, n, annotate);
-  if (!root) return;
+  // Every rank's state, activation and gathered peaks and last step's bytes, gathered to print.
   const zero::ZeroMemory m = trainer.sharded().memory();
+  const std::vector<double> mine = {
+      static_cast<double>(m.parameters),    static_cast<double>(m.gradients),
+      static_cast<double>(m.optimizer),     static_cast<double>(trainer.activation_peak()),
+      static_cast<double>(m.gathered_peak), sent};
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(n));
+  world.all_gather(mine.data(), all.data(), static_cast<std::int64_t>(mine.size()), DType::Float64);
+  if (!root) return;
   const double psi = static_cast<double>(trainer.sharded().parameter_count());
   const zero::StateBytes f = zero::state_bytes_formula(opt.zero, psi, n);
-  std::printf("memory of rank 0 (allocator) beside Rajbhandari et al. (fp32: 4 + 4 + 8 bytes per "
-              "parameter, psi = %.0f, N = %d):\n| state | measured KiB | formula KiB |\n"
-              "|---|---|---|\n| parameters | %.1f | %.1f |\n| gradients | %.1f | %.1f |\n"
-              "| optimizer | %.1f | %.1f |\n| activations (peak) | %.1f | - |\n",
-              psi, n, kib(static_cast<double>(m.parameters)), kib(f.parameters),
-              kib(static_cast<double>(m.gradients)), kib(f.gradients),
-              kib(static_cast<double>(m.optimizer)), kib(f.optimizer),
-              kib(static_cast<double>(trainer.activation_peak())));
+  const double sent_formula =
+      zero::traffic_formula(opt.zero, n, static_cast<int>(config.train.micro_batches)) * psi * 4;
+  std::printf("memory per rank, counted by the allocator, beside Rajbhandari et al. (fp32: 4 + 4 "
+              "+ 8 bytes per parameter, psi = %.0f, N = %d), and the last step's bytes sent:\n"
+              "| rank | parameters KiB | gradients KiB | optimizer KiB | activations peak KiB | "
+              "gathered peak KiB | sent KiB |\n|---|---|---|---|---|---|---|\n",
+              psi, n);
+  for (int r = 0; r < n; ++r) {
+    const double* v = all.data() + static_cast<std::size_t>(r) * mine.size();
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r, kib(v[0]), kib(v[1]),
+                kib(v[2]), kib(v[3]), kib(v[4]), kib(v[5]));
+  }
+  std::printf("| formula | %.1f | %.1f | %.1f | - | - | %.1f |\n", kib(f.parameters),
+              kib(f.gradients), kib(f.optimizer), kib(sent_formula));
 }
 
 void run_train(const TrainOptions& opt) {
