@@ -17,6 +17,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace tinyscale::zero {
 
@@ -59,6 +60,7 @@ struct ShardedDataParallel::State : std::enable_shared_from_this<State> {
   std::vector<double> had_grad;     // parameter -> 1 once it had a gradient in this step
   std::vector<std::int64_t> steps;  // parameter -> AdamW updates so far (as optim::AdamW)
   dp::BucketQueue queue{{}, 0};     // units as buckets: reduce-scatters launch in unit order
+  std::size_t first_unfinished = 0; // units before it have their reduce-scatter finished
   bool reducing = false;            // this backward pass reduce-scatters
   MemoryCounter param_bytes, grad_bytes, optim_bytes, gathered_bytes, reduce_bytes;
 
@@ -69,9 +71,12 @@ struct ShardedDataParallel::State : std::enable_shared_from_this<State> {
 
   void on_ready(std::size_t param);
   void launch_reduce(std::size_t unit);
+  void finish_reduce(Unit& u);
+  void finish_block_backward(int layer);
+  void poke();
   void gather(Unit& u, const char* region, bool wait);
   void release(Unit& u);
-  Tensor gather_in_backward(const Tensor& x, std::size_t unit, std::optional<std::size_t> next);
+  Tensor backward_boundary(const Tensor& x, int layer);
 };
 
 ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
@@ -188,9 +193,47 @@ void ShardedDataParallel::State::on_ready(std::size_t param) {
   had_grad[param] = 1.0;
   if (!reducing) return; // stage 1 before the last micro-batch: accumulate only
   for (std::size_t b : queue.mark_ready(param)) launch_reduce(b);
-  // MPI progresses only inside MPI calls: test the reductions in flight (cheap on threads)
-  for (const Unit& v : units)
-    if (v.reducing) (void)v.reducing->is_completed();
+  poke();
+}
+
+// Stages 2 and 3: adds a unit's reduced shard to this rank's gradient shard and frees its flat
+// gradient, the moment its reduce-scatter is over. (Stage 1 keeps the flat gradient: the shard is
+// a view of it.)
+void ShardedDataParallel::State::finish_reduce(Unit& u) {
+  if (u.reducing) u.reducing->wait();
+  u.reducing.reset();
+  if (options.stage == 1 || !u.grad_flat.defined()) return;
+  Tensor reduced = storage_view(u.grad_flat.impl().storage, own_offset(u), {u.layout.shard}, dtype);
+  backend_of(reduced).accumulate(u.grad_shard, reduced);
+  u.grad_flat = Tensor(); // its bytes go back now
+}
+
+// Finishes the reductions that are over, oldest first, so a flat gradient lives only while its
+// reduce-scatter runs; and with more than two in flight, waits for the oldest, so at most two (and
+// the units still collecting gradients) are held at once. Testing the handles is also what lets
+// MPI, which progresses only inside MPI calls, move the reductions and the prefetched gathers on.
+void ShardedDataParallel::State::poke() {
+  for (const Unit& u : units)
+    if (u.gathering) (void)u.gathering->is_completed();
+  while (first_unfinished < queue.launched()) {
+    Unit& u = units[first_unfinished];
+    const std::size_t in_flight = queue.launched() - first_unfinished;
+    if (u.reducing && !u.reducing->is_completed() && in_flight <= 2) break;
+    finish_reduce(u);
+    ++first_unfinished;
+  }
+}
+
+// The backward of block `layer` is over (the identity on its input has run): a parameter of it
+// whose hook has not fired got no gradient in this pass, so its unit need not wait for it. The
+// unit's reduce-scatter may launch (in unit order, as always) and stage 3 frees its parameters,
+// instead of both waiting for the end of backward.
+void ShardedDataParallel::State::finish_block_backward(int layer) {
+  if (!reducing) return;
+  for (std::size_t p : units[block_unit(layer)].params)
+    if (!queue.is_ready(p))
+      for (std::size_t b : queue.mark_ready(p)) launch_reduce(b);
+  poke();
 }
 
 // Launches unit `unit`'s reduce-scatter: the flat gradient is summed over the ranks in place, and
@@ -234,19 +277,26 @@ void ShardedDataParallel::State::release(Unit& u) {
   u.gathered = false;
 }
 
-// An identity on the graph whose backward gathers unit `unit` again (and starts on unit `next`,
-// when there is one) before the backward of the ops that used it can run: they come earlier in
-// the forward, so later in the backward. The node holds the state weakly: a graph that outlives
-// the wrapper gathers nothing.
-Tensor ShardedDataParallel::State::gather_in_backward(const Tensor& x, std::size_t unit,
-                                                      std::optional<std::size_t> next) {
+// An identity on the graph, on the output of block `layer` (or on the logits: layer = n_layer),
+// whose backward runs once the backward of everything after it is over. Then block layer + 1's
+// backward is done (finish_block_backward), and at stage 3 this block's parameters (or the
+// embeddings and head) are gathered again, the next unit's prefetched, before the backward of the
+// ops that used them can run. The node holds the state weakly: a graph that outlives the wrapper
+// does nothing.
+Tensor ShardedDataParallel::State::backward_boundary(const Tensor& x, int layer) {
   if (!grad_enabled() || !x.requires_grad()) return x;
+  const std::string name = layer == n_layer ? std::string("head") : "h." + std::to_string(layer);
   return custom_function(
-      "zero.gather " + units[unit].name, {x}, [](const std::vector<Tensor>& in) { return in[0]; },
-      [weak = weak_from_this(), unit, next](const Tensor& grad) {
+      "zero.boundary " + name, {x}, [](const std::vector<Tensor>& in) { return in[0]; },
+      [weak = weak_from_this(), layer](const Tensor& grad) {
         if (auto s = weak.lock()) {
-          s->gather(s->units[unit], "backward gather", true);
-          if (next && s->options.prefetch) s->gather(s->units[*next], "backward gather", false);
+          if (layer + 1 < s->n_layer) s->finish_block_backward(layer + 1);
+          if (s->options.stage == 3) {
+            s->gather(s->units[layer == s->n_layer ? s->rest_unit() : s->block_unit(layer)],
+                      "backward gather", true);
+            if (layer > 0 && s->options.prefetch)
+              s->gather(s->units[s->block_unit(layer - 1)], "backward gather", false);
+          }
         }
         return autograd::Grads{grad};
       });
@@ -271,35 +321,26 @@ void ShardedDataParallel::before_block(int layer) {
 
 Tensor ShardedDataParallel::after_block(int layer, const Tensor& y) {
   State& s = *state_;
-  if (s.options.stage != 3) return y;
-  s.release(s.units[s.block_unit(layer)]);
-  return s.gather_in_backward(y, s.block_unit(layer),
-                              layer > 0 ? std::optional(s.block_unit(layer - 1)) : std::nullopt);
+  if (s.options.stage == 1) return y;
+  if (s.options.stage == 3) s.release(s.units[s.block_unit(layer)]);
+  return s.backward_boundary(y, layer);
 }
 
 Tensor ShardedDataParallel::after_head(const Tensor& logits) {
   State& s = *state_;
   if (s.options.stage != 3) return logits;
   s.release(s.units[s.rest_unit()]);
-  return s.gather_in_backward(logits, s.rest_unit(),
-                              s.n_layer > 0 ? std::optional(s.block_unit(s.n_layer - 1))
-                                            : std::nullopt);
+  return s.backward_boundary(logits, s.n_layer);
 }
 
 void ShardedDataParallel::end_micro_batch() {
   State& s = *state_;
   if (s.reducing) {
     for (std::size_t b : s.queue.launch_rest()) s.launch_reduce(b);
-    for (Unit& u : s.units) {
-      if (u.reducing) u.reducing->wait();
-      u.reducing.reset();
-      if (s.options.stage == 1) continue; // the shard is a view of the step's flat gradient
-      Tensor reduced =
-          storage_view(u.grad_flat.impl().storage, s.own_offset(u), {u.layout.shard}, s.dtype);
-      backend_of(reduced).accumulate(u.grad_shard, reduced);
-      u.grad_flat = Tensor(); // its bytes go back now
-    }
+    for (; s.first_unfinished < s.units.size(); ++s.first_unfinished)
+      s.finish_reduce(s.units[s.first_unfinished]);
     s.queue.reset();
+    s.first_unfinished = 0;
   }
   if (s.options.stage == 3)
     for (Unit& u : s.units) s.release(u);
@@ -397,11 +438,23 @@ optim::StateTensors ShardedDataParallel::optimizer_state() {
   return state;
 }
 
-void ShardedDataParallel::load_optimizer_state(const optim::StateTensors& state) {
-  State& s = *state_;
-  std::map<std::string, Tensor> given(state.begin(), state.end());
+namespace {
+/// A single-rank AdamW state, checked and taken apart: moments and step count per parameter.
+struct AdamWState {
+  std::vector<Tensor> exp_avg, exp_avg_sq;
+  std::vector<std::int64_t> steps;
+};
+
+// Checks `state` against the parameters as optim::AdamW::load_state does (every name once, no
+// unexpected one, shapes, dtypes, step counts >= 0) and throws naming every problem.
+AdamWState checked_state(const nn::ParameterList& params, const optim::StateTensors& state) {
+  std::map<std::string, Tensor> given;
   std::vector<std::string> problems;
+  for (const auto& [name, tensor] : state)
+    if (!given.emplace(name, tensor).second) problems.push_back("'" + name + "' given twice");
+  std::set<std::string> expected;
   auto find = [&](const std::string& name, const Shape& shape, DType dtype) -> Tensor {
+    expected.insert(name);
     auto it = given.find(name);
     if (it == given.end() || !it->second.defined()) {
       problems.push_back("missing '" + name + "'");
@@ -415,22 +468,40 @@ void ShardedDataParallel::load_optimizer_state(const optim::StateTensors& state)
     }
     return it->second;
   };
-  const std::size_t np = s.params.size();
-  std::vector<Tensor> m(np), v(np);
+  const std::size_t np = params.size();
+  AdamWState out{std::vector<Tensor>(np), std::vector<Tensor>(np), {}};
   for (std::size_t i = 0; i < np; ++i) {
-    const Tensor& p = s.params[i].tensor;
-    m[i] = find("exp_avg." + s.params[i].name, p.shape(), s.dtype);
-    v[i] = find("exp_avg_sq." + s.params[i].name, p.shape(), s.dtype);
+    const Tensor& p = params[i].tensor;
+    out.exp_avg[i] = find("exp_avg." + params[i].name, p.shape(), p.dtype());
+    out.exp_avg_sq[i] = find("exp_avg_sq." + params[i].name, p.shape(), p.dtype());
   }
   const Tensor steps = find("step", Shape{static_cast<std::int64_t>(np)}, DType::Int64);
-  if (given.size() != 2 * np + 1) problems.push_back(detail::concat(given.size(), " tensors"));
+  for (const auto& entry : given)
+    if (!expected.contains(entry.first)) problems.push_back("unexpected '" + entry.first + "'");
+  if (steps.defined())
+    for (double c : steps.to_vector()) {
+      if (c < 0) problems.push_back(detail::concat("a step count of ", c, ", expected >= 0"));
+      out.steps.push_back(static_cast<std::int64_t>(c));
+    }
   std::string list;
   for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
   TS_CHECK(problems.empty(), "ZeRO: expected the AdamW state of ", np, " parameters (", 2 * np + 1,
-           " tensors: exp_avg.<name>, exp_avg_sq.<name>, step), found: ", list,
-           ". Load a checkpoint written for this model");
-  const std::vector<double> counts = steps.to_vector();
-  for (std::size_t i = 0; i < np; ++i) s.steps[i] = static_cast<std::int64_t>(counts[i]);
+           " tensors: exp_avg.<name>, exp_avg_sq.<name>, step), found ", state.size(),
+           " tensors with these problems: ", list,
+           ". Load a checkpoint written for this model (same parameter names, shapes, dtypes)");
+  return out;
+}
+} // namespace
+
+void ShardedDataParallel::check_optimizer_state(const optim::StateTensors& state) const {
+  (void)checked_state(state_->params, state);
+}
+
+void ShardedDataParallel::load_optimizer_state(const optim::StateTensors& state) {
+  State& s = *state_;
+  const AdamWState checked = checked_state(s.params, state);
+  const std::vector<Tensor>&m = checked.exp_avg, &v = checked.exp_avg_sq;
+  s.steps = checked.steps;
   for (Unit& u : s.units) {
     u.exp_avg.fill_(0.0);
     u.exp_avg_sq.fill_(0.0);
@@ -461,8 +532,9 @@ std::int64_t ShardedDataParallel::shard_elements() const {
 
 ZeroMemory ShardedDataParallel::memory() const {
   const State& s = *state_;
-  return {s.param_bytes.live_bytes(), s.grad_bytes.live_bytes(), s.optim_bytes.live_bytes(),
-          s.gathered_bytes.peak_bytes(), s.reduce_bytes.peak_bytes()};
+  return {s.param_bytes.live_bytes(),    s.grad_bytes.live_bytes(),
+          s.optim_bytes.live_bytes(),    s.gathered_bytes.peak_bytes(),
+          s.gathered_bytes.live_bytes(), s.reduce_bytes.peak_bytes()};
 }
 
 void ShardedDataParallel::reset_peaks() {

@@ -44,6 +44,8 @@ struct ZeroMemory {
   std::int64_t optimizer = 0;  ///< AdamW moments of this rank's shards
   /// Stage 3: the most bytes of gathered parameters held at once (since reset_peaks()).
   std::int64_t gathered_peak = 0;
+  /// Stage 3: bytes of gathered parameters held now (0 between steps).
+  std::int64_t gathered = 0;
   /// Stages 2, 3: the most bytes of flat gradients held at once while waiting for their
   /// reduce-scatter (since reset_peaks()).
   std::int64_t reduce_peak = 0;
@@ -92,19 +94,26 @@ public:
   /// Collective: the whole AdamW state in optim::AdamW::state_tensors()'s layout (the
   /// single-rank checkpoint's), gathered from the shards.
   optim::StateTensors optimizer_state();
-  /// Takes this rank's shard of a single-rank AdamW state; checks every name and shape first.
+  /// Throws, naming every problem, unless `state` is a single-rank AdamW state of these
+  /// parameters: every name once, shapes and dtypes, step counts >= 0. Changes nothing.
+  void check_optimizer_state(const optim::StateTensors& state) const;
+  /// Takes this rank's shard of a single-rank AdamW state (check_optimizer_state first).
   void load_optimizer_state(const optim::StateTensors& state);
 
+  /// The ZeRO stage: 1, 2 or 3.
   int stage() const;
   /// Elements of the model (Psi), without padding.
   std::int64_t parameter_count() const;
   /// Elements of this rank's shards (padding included): sum over units of padded / N.
   std::int64_t shard_elements() const;
+  /// What this rank holds now, and the peaks since reset_peaks(), from the allocator's counts.
   ZeroMemory memory() const;
+  /// Starts the peaks of ZeroMemory (gathered, reduce) from what is held now.
   void reset_peaks();
   /// What the gather and the reduce-scatter communicators moved since reset_counts(), by region
   /// ("forward gather", "backward gather", "parameter gather", "gradient reduce-scatter").
   comm::CommCounts counts() const;
+  /// Forgets the counts of counts().
   void reset_counts();
 
 private:

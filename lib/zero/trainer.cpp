@@ -8,8 +8,8 @@
 namespace tinyscale::zero {
 
 void check_zero_layout(const io::RunConfig& config, int ranks, int stage) {
-  TS_CHECK(stage >= 1 && stage <= 3, "--zero: expected 0 (plain data parallelism), 1, 2 or 3, ",
-           "found ", stage);
+  TS_CHECK(stage >= 1 && stage <= 3, "ZeRO: expected stage 1, 2 or 3, found ", stage,
+           "; stage 0 is plain data parallelism (chapter 04: leave --zero out)");
   const auto& t = config.train;
   const std::int64_t n = ranks;
   TS_CHECK(t.micro_batches >= 1 && t.batch_size % (n * t.micro_batches) == 0,
@@ -44,7 +44,8 @@ train::StepResult ZeroTrainer::train_step() {
   // summed over ranks are the gradient of the mean over the whole batch (dp/accumulate.hpp).
   const std::int64_t global_tokens = t.batch_size * t.seq_len, tokens = rows_ * t.seq_len;
   const double weight = static_cast<double>(tokens) / static_cast<double>(global_tokens);
-  nn::ForwardHooks* hooks = zero_->stage() == 3 ? zero_.get() : nullptr;
+  // stage 3 gathers and frees around each block; stages 2 and 3 mark where a block's backward ends
+  nn::ForwardHooks* hooks = zero_->stage() >= 2 ? zero_.get() : nullptr;
   train::StepResult r;
   activations_.reset_peak();
   const std::int64_t before = activations_.live_bytes();
@@ -88,8 +89,11 @@ std::string ZeroTrainer::save_checkpoint() {
 
 void ZeroTrainer::resume(const std::string& path) {
   const io::Checkpoint c = io::read_checkpoint(path);
+  // Everything is checked before anything changes: the optimizer state here (the Trainer leaves
+  // it to its owner), the config and the parameters in restore().
+  zero_->check_optimizer_state(c.optimizer);
   zero_->gather_all();
-  trainer_.restore(c, path); // checks everything, then copies the parameters in
+  trainer_.restore(c, path); // copies the parameters into the gathered units
   zero_->release_all(/*keep_values=*/true);
   zero_->load_optimizer_state(c.optimizer);
 }

@@ -18,7 +18,10 @@ std::vector<UnitPlan> plan_units(const nn::ParameterList& params, int n_layer) {
     std::size_t unit = units.size() - 1;
     if (name.rfind("h.", 0) == 0) {
       const std::size_t dot = name.find('.', 2);
-      const int layer = std::stoi(name.substr(2, dot - 2));
+      const std::string digits = name.substr(2, dot == std::string::npos ? dot : dot - 2);
+      TS_CHECK(!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos,
+               "plan_units: expected a parameter named h.<block>.<name>, found '", name, "'");
+      const int layer = std::stoi(digits);
       TS_CHECK(layer >= 0 && layer < n_layer, "plan_units: parameter '", name, "' names block ",
                layer, ", expected one of the model's ", n_layer, " blocks");
       unit = static_cast<std::size_t>(n_layer - 1 - layer);

@@ -8,6 +8,7 @@
 #include "zero_equivalence.hpp"
 
 #include "zero/memory.hpp"
+#include "zero/shard.hpp"
 
 #include "comm/launch.hpp"
 #include "require_ts_error.hpp"
@@ -127,11 +128,15 @@ struct Measured {
   double psi = 0;
   double wire_elements = 0; // elements sent per step under the ring model, every region
   std::int64_t activations = 0;
+  std::int64_t rest_bytes = 0, block_bytes = 0; // the embeddings-and-head unit, one block (padded)
 };
 
-Measured measure(int n, int stage, int k, int layers) {
+// One step of a ZeRO run on `n` thread ranks; rank 0's counts. `moe`: every block a MoE layer of
+// 16 experts, top-1 (some experts get no token on a rank: the idle-expert paths).
+Measured measure(int n, int stage, int k, int layers, bool moe = false) {
   io::RunConfig config = zero_run_config(n, 1, k, false);
   config.model.n_layer = layers;
+  if (moe) config.model.moe = {1, 16, 1, 1.0, 1e-2, 1e-3};
   const auto out = on_ranks<Measured>(n, [&](comm::Communicator& world) {
     zero::ZeroTrainer t(config, world, {stage, true});
     t.sharded().reset_counts();
@@ -139,8 +144,15 @@ Measured measure(int n, int stage, int k, int layers) {
     t.train_step();
     double wire = 0;
     for (const auto& [key, count] : t.sharded().counts()) wire += count.wire_bytes;
+    std::int64_t rest = 0, block = 0;
+    for (const auto& p : t.trainer().model().parameters()) {
+      if (p.name.rfind("h.0.", 0) == 0) block += p.tensor.numel(); // every block is alike
+      if (p.name.rfind("h.", 0) != 0) rest += p.tensor.numel();
+    }
+    const auto padded = [&](std::int64_t e) { return zero::shard_layout(e, n).padded * 4; };
     return Measured{t.sharded().memory(), static_cast<double>(t.sharded().parameter_count()),
-                    wire / 4.0, t.activation_peak()};
+                    wire / 4.0,           t.activation_peak(),
+                    padded(rest),         padded(block)};
   });
   return out[0];
 }
@@ -165,17 +177,32 @@ TEST_CASE("ZeRO memory held per rank, counted by the allocator, is within 5% of 
 }
 
 TEST_CASE("ZeRO-3 holds at most the embeddings and two blocks gathered at once (prefetch "
-          "included), and none between steps",
+          "included), and none between steps, also when experts get no tokens",
           "[parallel][zero]") {
-  const Measured m = measure(2, 3, 1, 6);
-  // six blocks of the same size: the rest unit plus two blocks is well under the whole model
-  io::RunConfig config = zero_run_config(2, 1, 1, false);
-  config.model.n_layer = 6;
-  const double whole = 4 * m.psi;
-  INFO("gathered peak " << m.memory.gathered_peak << " B of " << whole << " B");
-  CHECK(m.memory.gathered_peak > 0);
-  CHECK(m.memory.gathered_peak < 0.6 * whole);
-  CHECK(m.memory.parameters < 0.55 * whole); // the shards: about half at dp 2
+  for (bool moe : {false, true}) DYNAMIC_SECTION((moe ? "MoE, 16 experts top-1" : "dense")) {
+      const Measured m = measure(2, 3, 1, 6, moe);
+      const std::int64_t bound = m.rest_bytes + 2 * m.block_bytes;
+      INFO("gathered peak " << m.memory.gathered_peak << " B; embeddings and head " << m.rest_bytes
+                            << " B, a block " << m.block_bytes << " B");
+      CHECK(m.memory.gathered_peak > m.rest_bytes + m.block_bytes); // the prefetch is there
+      CHECK(m.memory.gathered_peak <= bound);
+      CHECK(m.memory.gathered == 0);
+    }
+}
+
+TEST_CASE("ZeRO-2 and 3 hold a unit's flat gradients only while its reduce-scatter runs: at most "
+          "the embeddings and head and three blocks at once, never the whole model",
+          "[parallel][zero]") {
+  for (int stage : {2, 3})
+    for (bool moe : {false, true})
+      DYNAMIC_SECTION("stage " << stage << (moe ? ", MoE 16 experts top-1" : ", dense")) {
+        const Measured m = measure(2, stage, 1, 6, moe);
+        INFO("flat gradients at most " << m.memory.reduce_peak << " B at once; embeddings and "
+                                       << "head " << m.rest_bytes << " B, a block " << m.block_bytes
+                                       << " B, the model " << 4 * m.psi << " B");
+        CHECK(m.memory.reduce_peak > 0);
+        CHECK(m.memory.reduce_peak <= m.rest_bytes + 3 * m.block_bytes);
+      }
 }
 
 TEST_CASE("ZeRO moves (N-1)/N x 2 psi elements per rank per step at stages 1 and 2 and 3 psi at "
@@ -236,7 +263,7 @@ TEST_CASE("ZeRO checkpoints are in the single-rank layout: a ZeRO-3 run at dp 4 
 TEST_CASE("ZeRO refuses a bad layout before any work, naming the fix", "[parallel][zero]") {
   io::RunConfig config = zero_run_config(2, 1, 1, false);
   REQUIRE_TS_ERROR(zero::check_zero_layout(config, 2, 4),
-                   Catch::Contains("expected 0 (plain data parallelism), 1, 2 or 3"));
+                   Catch::Contains("expected stage 1, 2 or 3, found 4"));
   REQUIRE_TS_ERROR(zero::check_zero_layout(config, 3, 1),
                    Catch::Contains("to divide by dp (3)") && Catch::Contains("multiple of 3"));
   config.train.device = "cuda";
