@@ -418,16 +418,22 @@ void run_zero_rank(const TrainOptions& opt, const io::RunConfig& config,
                 opt.zero == 3 ? (opt.no_prefetch ? ", no prefetch" : ", next unit prefetched")
                               : "");
   auto kib = [](double bytes) { return bytes / 1024.0; };
-  double sent = 0; // bytes this rank sent in the last step (not the evaluation's gathers)
+  // What the last step held and sent, taken as it ends: an evaluation or a checkpoint after it
+  // gathers every unit at once, which is not what training holds.
+  double sent = 0;
+  zero::ZeroMemory m;
+  bool stepped = false; // (a run resumed at its last step trains no step: no table)
   auto step = [&] {
+    stepped = true;
     trainer.sharded().reset_counts();
+    trainer.sharded().reset_peaks();
     train::StepResult r = trainer.train_step();
+    m = trainer.sharded().memory();
     sent = 0;
     for (const auto& [key, count] : trainer.sharded().counts()) sent += count.wire_bytes;
     return r;
   };
   auto annotate = [&](const train::StepResult&, nlohmann::json& line, std::string& text) {
-    const zero::ZeroMemory m = trainer.sharded().memory();
     line["zero"] = {{"stage", opt.zero},
                     {"dp", n},
                     {"parameter_bytes", m.parameters},
@@ -442,8 +448,8 @@ void run_zero_rank(const TrainOptions& opt, const io::RunConfig& config,
     text += buf;
   };
   run_loop(opt, config, trainer, step, root, n, annotate);
+  if (!stepped) return;
   // Every rank's state, activation and gathered peaks and last step's bytes, gathered to print.
-  const zero::ZeroMemory m = trainer.sharded().memory();
   const std::vector<double> mine = {
       static_cast<double>(m.parameters),    static_cast<double>(m.gradients),
       static_cast<double>(m.optimizer),     static_cast<double>(trainer.activation_peak()),

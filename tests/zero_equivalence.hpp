@@ -20,18 +20,24 @@ inline io::RunConfig zero_run_config(int n, int b, int k, bool moe, DType dtype 
   return c;
 }
 
-/// This rank's side of a ZeRO run over `group`: the parameters are gathered at the end.
-inline RunRecord zero_run(comm::Communicator& group, const io::RunConfig& config,
-                          zero::ZeroOptions options) {
-  zero::ZeroTrainer trainer(config, group, options);
+/// Trains `steps` more steps, recording each one's loss and norm, then every parameter
+/// (gathered: collective over the trainer's group).
+inline RunRecord continue_run(zero::ZeroTrainer& trainer, int steps) {
   RunRecord r;
-  for (int s = 0; s < config.train.steps; ++s) {
+  for (int s = 0; s < steps; ++s) {
     const train::StepResult step = trainer.train_step();
     r.losses.push_back(step.loss);
     r.grad_norms.push_back(step.grad_norm);
   }
   record_params(r, trainer.gathered_parameters());
   return r;
+}
+
+/// This rank's side of a ZeRO run over `group`: the parameters are gathered at the end.
+inline RunRecord zero_run(comm::Communicator& group, const io::RunConfig& config,
+                          zero::ZeroOptions options) {
+  zero::ZeroTrainer trainer(config, group, options);
+  return continue_run(trainer, config.train.steps);
 }
 
 } // namespace tinyscale::test

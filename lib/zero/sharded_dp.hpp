@@ -1,15 +1,9 @@
-// ZeRO (Rajbhandari et al. 2020; chapter 07): data parallelism whose training state is sharded
-// over the N ranks of the dp group, one unit (zero/unit.hpp) at a time. Every rank keeps 1/N of
-// the AdamW moments (stage 1); of the gradients too (stage 2: each micro-batch's gradients are
-// reduce-scattered as soon as a unit's are complete, and only this rank's shard is kept); and of
-// the parameters too (stage 3: a unit is all-gathered before its forward and again before its
-// backward, and freed after each, with the next unit's gather prefetched). A rank updates only
-// its shard with AdamW; stages 1 and 2 then all-gather the parameters, stage 3 gathers them when
-// they are next used. Memory is counted by the allocator, per kind (ZeroMemory).
-// The easy thing to get wrong: the order of collectives. Gathers follow the forward and backward
-// order, reduce-scatters the order units complete in backward; on one communicator two ranks
-// could interleave them differently (a MoE expert without tokens completes a unit at another
-// moment), so each kind runs on its own duplicate of the dp group.
+// ZeRO (Rajbhandari et al. 2020; chapter 07): data parallelism whose AdamW state (stage 1),
+// gradients (2) and parameters (3) are sharded over the dp group, one unit (zero/unit.hpp) at a
+// time; memory is counted by the allocator, per kind (ZeroMemory).
+// The easy thing to get wrong: the order of collectives. Gathers follow the forward and backward,
+// reduce-scatters the order units complete, which can differ between ranks (an idle MoE expert),
+// so each kind runs on its own duplicate of the dp group.
 #pragma once
 
 #include "comm/communicator.hpp"

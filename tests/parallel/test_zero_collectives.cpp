@@ -6,6 +6,7 @@
 #include "zero/flat_comm.hpp"
 #include "zero/unit.hpp"
 
+#include "comm/counting.hpp"
 #include "comm/launch.hpp"
 
 #include <catch2/catch.hpp>
@@ -32,10 +33,21 @@ TEST_CASE("The in-place reduce-scatter of a flat gradient leaves each rank the s
         for (std::size_t i = 0; i < values.size(); ++i)
           values[i] = static_cast<double>(i) + 100.0 * (r + 1); // element i of rank r
         Tensor flat = Tensor::from_vector(values, {layout.padded});
-        comm::WorkHandle work = zero::reduce_scatter_flat(world, flat, layout);
+        comm::CountingCommunicator counting(world); // one reduce-scatter, not an all-reduce
+        comm::WorkHandle work = zero::reduce_scatter_flat(counting, flat, layout);
         REQUIRE(work);
         work->wait();
         const std::vector<double> got = flat.to_vector();
+        const comm::CommCount all = counting.total();
+        const auto rs = counting.counts().find({"other", "reduce_scatter"});
+        if (rs == counting.counts().end() || rs->second.calls != 1 || all.calls != 1 ||
+            rs->second.payload_bytes != layout.padded * 4) {
+          std::lock_guard<std::mutex> lock(mutex);
+          problems.push_back("rank " + std::to_string(r) + " made " + std::to_string(all.calls) +
+                             " collective calls; expected one reduce-scatter of the whole flat "
+                             "buffer (" +
+                             std::to_string(layout.padded * 4) + " bytes)");
+        }
         for (std::int64_t j = 0; j < layout.shard; ++j) {
           const std::int64_t i = r * layout.shard + j;
           const double want = kRanks * static_cast<double>(i) + 100.0 * (1 + 2 + 3);
@@ -72,11 +84,17 @@ TEST_CASE("Stage 3's gather fills the storage the parameters view from every ran
           mine[static_cast<std::size_t>(j)] = static_cast<double>(r * layout.shard + j);
         const Tensor shard = Tensor::from_vector(mine, {layout.shard});
         MemoryCounter counter;
-        comm::WorkHandle work = zero::gather_flat(world, shard, *storage, layout, counter);
+        comm::CountingCommunicator counting(world); // one all-gather
+        comm::WorkHandle work = zero::gather_flat(counting, shard, *storage, layout, counter);
         REQUIRE(work);
         work->wait();
         const std::vector<double> got = param.to_vector(); // through the view
         std::lock_guard<std::mutex> lock(mutex);
+        const auto ag = counting.counts().find({"other", "all_gather"});
+        if (ag == counting.counts().end() || ag->second.calls != 1 || counting.total().calls != 1)
+          problems.push_back("rank " + std::to_string(r) + " made " +
+                             std::to_string(counting.total().calls) +
+                             " collective calls; expected one all-gather");
         for (std::size_t i = 0; i < got.size(); ++i)
           if (got[i] != static_cast<double>(i))
             problems.push_back("rank " + std::to_string(r) + " element " + std::to_string(i) +
