@@ -242,7 +242,7 @@ TEST_CASE("ZeRO moves (N-1)/N x 2 psi elements per rank per step at stages 1 and
 }
 
 TEST_CASE("ZeRO checkpoints are in the single-rank layout: a ZeRO-3 run at dp 4 saves after 2 "
-          "steps; ZeRO-1 at dp 2, ZeRO-2 at dp 4 and one rank load it and continue with its "
+          "steps, then ZeRO-1 at dp 2, ZeRO-2 at dp 4 and one rank load it and continue with its "
           "losses and parameters",
           "[parallel][zero]") {
   // Three steps after the resume: the first one's loss only sees the parameters, the next two
