@@ -1,0 +1,176 @@
+// Chapter 06's schedules as data: every generated schedule validates, its simulated bubble with
+// unit costs equals THEORY.md sec. 1 exactly, its peak of micro-batches in flight is the
+// table's, and the validator names what is wrong with a broken one.
+#include "pp/schedule.hpp"
+#include "pp/simulate.hpp"
+#include "pp/validate.hpp"
+
+#include "require_ts_error.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+using namespace tinyscale;
+using namespace tinyscale::pp;
+
+namespace {
+std::vector<Action>::iterator find(Schedule& s, int rank, Action a) {
+  auto& list = s.ranks[static_cast<std::size_t>(rank)];
+  auto it = std::find(list.begin(), list.end(), a);
+  REQUIRE(it != list.end());
+  return it;
+}
+} // namespace
+
+TEST_CASE("GPipe and 1F1B bubble equals (p-1)/(m+p-1) and the makespan (m+p-1)(F+B+W) for unit "
+          "costs, p 1..8, m 1..32",
+          "[unit][pp]") {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
+    for (int p = 1; p <= 8; ++p)
+      for (int m = 1; m <= 32; ++m) {
+        const Simulation sim = simulate(make_schedule(kind, p, m));
+        INFO(schedule_name(kind) << " p = " << p << ", m = " << m << ": makespan " << sim.makespan);
+        REQUIRE(sim.makespan == 3.0 * (m + p - 1));
+        for (double b : sim.bubble) REQUIRE(b == bubble_formula(kind, p, m));
+        REQUIRE(sim.mean_bubble() == Approx(double(p - 1) / (m + p - 1)).epsilon(1e-15));
+      }
+}
+
+TEST_CASE("Interleaved 1F1B bubble equals (p-1)/(vm+p-1) for unit costs per chunk, p 1..8, "
+          "v 1..4, m a multiple of p up to 32",
+          "[unit][pp]") {
+  for (int p = 1; p <= 8; ++p)
+    for (int v = 1; v <= 4; ++v)
+      for (int m = p; m <= 32; m += p) {
+        const Simulation sim = simulate(make_schedule(ScheduleKind::Interleaved, p, m, v));
+        INFO("p = " << p << ", v = " << v << ", m = " << m << ": makespan " << sim.makespan
+                    << ", bubble of rank 0 " << sim.bubble[0]);
+        REQUIRE(sim.makespan == 3.0 * (v * m + p - 1));
+        for (double b : sim.bubble)
+          REQUIRE(b == bubble_formula(ScheduleKind::Interleaved, p, m, v));
+      }
+}
+
+TEST_CASE("ZB-H1 bubble equals (p-1)(F+B-W) over the makespan for F = B = W, p 1..8, m p..32",
+          "[unit][pp]") {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = p; m <= 32; ++m) {
+      const Simulation sim = simulate(make_schedule(ScheduleKind::ZeroBubbleH1, p, m));
+      INFO("p = " << p << ", m = " << m << ": makespan " << sim.makespan);
+      REQUIRE(sim.makespan == 3.0 * m + (p - 1));
+      for (double b : sim.bubble) REQUIRE(b == bubble_formula(ScheduleKind::ZeroBubbleH1, p, m));
+    }
+}
+
+TEST_CASE("ZB-H1 at p = 4, m = 8 has at most half of 1F1B's bubble with equal F, B and W",
+          "[unit][pp]") {
+  const double zb = simulate(make_schedule(ScheduleKind::ZeroBubbleH1, 4, 8)).mean_bubble();
+  const double ofob = simulate(make_schedule(ScheduleKind::OneFOneB, 4, 8)).mean_bubble();
+  INFO("ZB-H1 " << zb << ", 1F1B " << ofob);
+  CHECK(zb <= 0.5 * ofob);
+}
+
+TEST_CASE("1F1B holds at most p-i micro-batches on stage i, GPipe all m, ZB-H1 at most p",
+          "[unit][pp]") {
+  for (int p = 1; p <= 8; ++p)
+    for (int m : {1, p, 2 * p + 1, 32}) {
+      INFO("p = " << p << ", m = " << m);
+      const Simulation ofob = simulate(make_schedule(ScheduleKind::OneFOneB, p, m));
+      const Simulation gpipe = simulate(make_schedule(ScheduleKind::GPipe, p, m));
+      const Simulation zb = simulate(make_schedule(ScheduleKind::ZeroBubbleH1, p, m));
+      for (int i = 0; i < p; ++i) {
+        CHECK(ofob.peak_in_flight[static_cast<std::size_t>(i)] == std::min(p - i, m));
+        CHECK(gpipe.peak_in_flight[static_cast<std::size_t>(i)] == m);
+        CHECK(zb.peak_in_flight[static_cast<std::size_t>(i)] <= std::min(p, m));
+      }
+    }
+}
+
+TEST_CASE("Interleaved 1F1B holds about p + (p-1)/v micro-batches on the first rank",
+          "[unit][pp]") {
+  for (int p : {2, 4, 8})
+    for (int v : {2, 4}) {
+      const Simulation sim = simulate(make_schedule(ScheduleKind::Interleaved, p, 4 * p, v));
+      INFO("p = " << p << ", v = " << v << ": peak " << sim.peak_in_flight[0]);
+      // the warm-up of rank 0 runs 2(p-1) + (v-1)p chunk forwards before its first backward
+      CHECK(sim.peak_in_flight[0] == Approx((2.0 * (p - 1) + (v - 1) * p + 1) / v));
+      CHECK(sim.max_peak_in_flight() <= p + (p - 1.0) / v + 1);
+    }
+}
+
+TEST_CASE("The simulator charges sends their latency and counts waiting as bubble", "[unit][pp]") {
+  // p = 2, m = 1: F on rank 0 [0, 1], arrives 1.5, F and B+W on rank 1 [1.5, 4.5], the gradient
+  // arrives at 5, B+W on rank 0 [5, 7]
+  const Simulation sim =
+      simulate(make_schedule(ScheduleKind::GPipe, 2, 1), Costs::uniform(1, 1, 1, 0.5), true);
+  CHECK(sim.makespan == 7.0);
+  CHECK(sim.busy[0] == 3.0);
+  CHECK(sim.bubble[0] == Approx(4.0 / 7.0));
+  CHECK(sim.bubble[1] == Approx(4.0 / 7.0));
+  const auto& rank0 = sim.timeline[0];
+  const auto b = std::find_if(rank0.begin(), rank0.end(), [](const TimedAction& t) {
+    return t.action.kind == ActionKind::Backward;
+  });
+  REQUIRE(b != rank0.end());
+  CHECK(b->start == 5.0);
+  CHECK(b->end == 7.0);
+}
+
+TEST_CASE("The validator accepts every generated schedule and names a broken one's rank, action "
+          "and wait",
+          "[unit][pp]") {
+  for (ScheduleKind kind :
+       {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1})
+    for (int p : {1, 2, 3, 4})
+      for (int m : {1, 2, 5, 8}) CHECK(find_problem(make_schedule(kind, p, m)) == "");
+  CHECK(find_problem(make_schedule(ScheduleKind::Interleaved, 4, 8, 3)) == "");
+
+  SECTION("a forward before the receive of its input") {
+    Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+    auto recv = find(s, 1, {ActionKind::RecvActivation, 0, 0});
+    std::iter_swap(recv, recv + 1);
+    REQUIRE_TS_ERROR(validate(s), Catch::Contains("rank 1 at action 0 (F0)") &&
+                                      Catch::Contains("needs its input ('recv act')"));
+  }
+  SECTION("a backward before its forward") {
+    Schedule s = make_schedule(ScheduleKind::GPipe, 1, 2);
+    std::swap(s.ranks[0][0], s.ranks[0][2]); // F0 F1 B0 B1 step becomes B0 F1 F0 B1 step
+    REQUIRE_TS_ERROR(validate(s), Catch::Contains("needs its forward"));
+  }
+  SECTION("a cycle of waits: rank 0 waits for a gradient before it sends the activation") {
+    Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 1);
+    auto& r0 = s.ranks[0]; // F0, send act 0, recv grad 0, B0, step
+    std::rotate(r0.begin(), r0.begin() + 2, r0.begin() + 3); // recv grad 0 first
+    REQUIRE_TS_ERROR(validate(s), Catch::Contains("deadlocks") &&
+                                      Catch::Contains("rank 0 at action 0 (recv grad 0) waits "
+                                                      "for rank 1's 'send grad 0'") &&
+                                      Catch::Contains("rank 1 at action 0 (recv act 0) waits for "
+                                                      "rank 0's 'send act 0'"));
+  }
+  SECTION("a receive removed, an optimizer step repeated") {
+    Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+    s.ranks[1].erase(find(s, 1, {ActionKind::RecvActivation, 0, 1}));
+    REQUIRE_TS_ERROR(validate(s), Catch::Contains("needs its input"));
+    s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+    s.ranks[0].push_back(s.ranks[0].back());
+    REQUIRE_TS_ERROR(validate(s), Catch::Contains("optimizer step must come once"));
+  }
+  SECTION("a missing weight gradient") {
+    Schedule s = make_schedule(ScheduleKind::ZeroBubbleH1, 2, 2);
+    s.ranks[1].erase(find(s, 1, {ActionKind::BackwardWeight, 0, 1}));
+    REQUIRE_TS_ERROR(validate(s), Catch::Contains("rank 1 (chunk 0, virtual stage 1): "
+                                                  "micro-batch 1 has no backward-weight (W)"));
+  }
+}
+
+TEST_CASE("A schedule that cannot run the shape asked for is refused, naming the fix",
+          "[unit][pp]") {
+  REQUIRE_TS_ERROR(make_schedule(ScheduleKind::Interleaved, 4, 6, 2),
+                   Catch::Contains("must be a multiple of 4; found 6 (use 4 or 8)"));
+  REQUIRE_TS_ERROR(make_schedule(ScheduleKind::OneFOneB, 4, 8, 2),
+                   Catch::Contains("only the interleaved schedule"));
+  REQUIRE_TS_ERROR(make_schedule(ScheduleKind::GPipe, 4, 0), Catch::Contains("at least 1 micro"));
+  REQUIRE_TS_ERROR(parse_schedule("1f2b"), Catch::Contains("gpipe, 1f1b, interleaved, zb-h1"));
+  CHECK(parse_schedule("zb-h1") == ScheduleKind::ZeroBubbleH1);
+}
