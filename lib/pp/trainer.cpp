@@ -1,0 +1,283 @@
+// The executor walks this rank's list of actions once per step. Every (chunk, micro-batch) has a
+// MicroBatchState that lives from its forward to the end of its backward: the received input (a
+// leaf, so its gradient can be sent back), the stage's output, the loss on the last stage, and
+// the deferred W pass of a split backward. Stages never share a graph: even two virtual stages
+// on one rank (p = 1 with chunks) hand over a detached copy, exactly like a send.
+#include "pp/trainer.hpp"
+
+#include "autograd/engine.hpp"
+#include "autograd/grad_mode.hpp"
+#include "comm/tensor_comm.hpp"
+#include "core/error.hpp"
+#include "optim/clip.hpp"
+#include "pp/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tinyscale::pp {
+
+struct PipelineTrainer::MicroBatchState {
+  Tensor input;               // [b, T, C] leaf: this stage's input (undefined on virtual stage 0)
+  Tensor output;              // [b, T, C]: this stage's output (not on the last stage)
+  Tensor loss;                // scalar: the last stage's loss / m
+  Tensor aux;                 // scalar: this stage's MoE aux and z-losses / m (undefined if none)
+  Tensor grad_output;         // [b, T, C]: dL/d output, received (or handed over on this rank)
+  Tensor input_grad;          // [b, T, C]: dL/d input, to send
+  WeightGradPass weight_pass; // a split backward's W, until it runs
+};
+
+namespace {
+Partition make_partition(const io::RunConfig& config, int stages, const PipelineOptions& o) {
+  const int virtual_stages = stages * o.chunks;
+  return o.blocks_per_stage.empty()
+             ? balanced_partition(config.model.n_layer, virtual_stages)
+             : manual_partition(config.model.n_layer, virtual_stages, o.blocks_per_stage);
+}
+} // namespace
+
+void check_pipeline_layout(const io::RunConfig& config, int stages,
+                           const PipelineOptions& options) {
+  const train::TrainConfig& t = config.train;
+  check_schedule_shape(options.schedule, stages, static_cast<int>(t.micro_batches), options.chunks);
+  (void)make_partition(config, stages, options);
+  TS_CHECK(t.batch_size % t.micro_batches == 0, "pipeline: train.batch_size = ", t.batch_size,
+           " does not divide into train.micro_batches = ", t.micro_batches,
+           " micro-batches of equal rows; pick a batch size that is a multiple of it");
+  TS_CHECK(t.device == "cpu", "pipeline: train.device = \"", t.device,
+           "\"; this version passes activations in host memory: run with --pp on the CPU");
+}
+
+PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group,
+                                 PipelineOptions options)
+    : trainer_((check_pipeline_layout(config, group.size(), options), std::move(config))),
+      group_(&group), options_(std::move(options)),
+      schedule_(make_schedule(options_.schedule, group.size(),
+                              static_cast<int>(trainer_.config().train.micro_batches),
+                              options_.chunks)),
+      partition_(make_partition(trainer_.config(), group.size(), options_)), rank_(group.rank()),
+      rows_(trainer_.config().train.batch_size / trainer_.config().train.micro_batches) {
+  validate(schedule_);
+}
+
+bool PipelineTrainer::owns(const std::string& name) const {
+  const int last = schedule_.virtual_stages() - 1;
+  if (name.rfind("wte.", 0) == 0)
+    return rank_ == schedule_.rank_of(0) || rank_ == schedule_.rank_of(last);
+  if (name.rfind("wpe.", 0) == 0) return rank_ == schedule_.rank_of(0);
+  if (name.rfind("h.", 0) == 0) {
+    const int block = std::stoi(name.substr(2));
+    for (int s = 0; s <= last; ++s)
+      if (block >= partition_.begin(s) && block < partition_.end(s))
+        return rank_ == schedule_.rank_of(s);
+  }
+  return rank_ == schedule_.rank_of(last); // ln_f
+}
+
+int PipelineTrainer::tag(const Action& a, bool gradient) const {
+  // named by the sending virtual stage: the activation of s goes to s+1, its gradient to s-1
+  const int v = schedule_.virtual_stage(rank_, a.chunk);
+  const bool sending = a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGradient;
+  const int sender = sending ? v : (gradient ? v + 1 : v - 1);
+  return 2 * (sender * schedule_.micro_batches + a.micro_batch) + (gradient ? 1 : 0);
+}
+
+void PipelineTrainer::forward(const Action& a, MicroBatchState& st, train::StepResult& r) {
+  const train::TrainConfig& t = trainer_.config().train;
+  const nn::GPT& model = trainer_.model();
+  const int v = schedule_.virtual_stage(rank_, a.chunk);
+  const int last = schedule_.virtual_stages() - 1;
+  const std::int64_t row_begin = a.micro_batch * rows_;
+  const double m = static_cast<double>(schedule_.micro_batches);
+  nn::ForwardContext ctx{true, t.seed, trainer_.step(), row_begin, nullptr};
+  data::Batch batch;
+  if (v == 0 || v == last)
+    batch = trainer_.dataset().batch(data::Split::Train, trainer_.step(), t.batch_size, t.seq_len,
+                                     row_begin, rows_);
+  Tensor x = v == 0 ? model.embed(batch.inputs, ctx) : st.input;
+  TS_CHECK(x.defined(), "pipeline: rank ", rank_, " ran ", to_string(a),
+           " before its input arrived (the schedule was validated: this is a bug)");
+  Tensor aux, z;
+  for (int i = partition_.begin(v); i < partition_.end(v); ++i) {
+    nn::FeedForwardOutput b = model.block(i, x, ctx);
+    x = b.y;
+    if (b.aux_loss.defined()) {
+      aux = aux.defined() ? aux + b.aux_loss : b.aux_loss;
+      z = z.defined() ? z + b.z_loss : b.z_loss;
+    }
+  }
+  if (aux.defined()) {
+    r.aux_loss += aux.item() / m;
+    r.z_loss += z.item() / m;
+  }
+  if (v == last) {
+    // the single-rank loss, term for term: lm + aux + z, divided by m like Trainer::train_step
+    const Tensor lm = cross_entropy(model.head(x), batch.targets);
+    r.lm_loss += lm.item() / m;
+    const Tensor loss = aux.defined() ? lm + aux + z : lm;
+    st.loss = loss / m;
+  } else {
+    st.output = x;
+    if (aux.defined()) st.aux = (aux + z) / m;
+  }
+}
+
+void PipelineTrainer::backward(const Action& a, MicroBatchState& st, MicroBatchState* next_local) {
+  if (a.kind == ActionKind::BackwardWeight) {
+    st.weight_pass.run();
+    st.weight_pass = WeightGradPass();
+    return;
+  }
+  Tensor root = st.loss;
+  if (!root.defined()) {
+    // <y, dL/dy> has gradient dL/dy with respect to y, exactly; the aux losses join the root
+    const Tensor grad = next_local != nullptr ? next_local->input_grad : st.grad_output;
+    TS_CHECK(grad.defined(), "pipeline: rank ", rank_, " ran ", to_string(a),
+             " before the gradient of its output arrived (a bug: the schedule was validated)");
+    root = sum(st.output * grad);
+    if (st.aux.defined()) root = root + st.aux;
+  }
+  if (a.kind == ActionKind::Backward)
+    tinyscale::backward(root);
+  else
+    st.weight_pass = backward_input(root);
+  if (st.input.defined()) st.input_grad = st.input.grad();
+  st.output = st.loss = st.aux = st.grad_output = Tensor();
+}
+
+void PipelineTrainer::run_action(const Action& a, std::vector<MicroBatchState>& states,
+                                 std::vector<comm::WorkHandle>& sends, train::StepResult& r) {
+  const int m = schedule_.micro_batches;
+  const int v = schedule_.virtual_stage(rank_, a.chunk);
+  const int last = schedule_.virtual_stages() - 1;
+  MicroBatchState& st = states[static_cast<std::size_t>(a.chunk * m + a.micro_batch)];
+  const train::TrainConfig& t = trainer_.config().train;
+  const Shape shape({rows_, t.seq_len, trainer_.config().model.n_embd});
+  const DType dtype = trainer_.config().model.dtype;
+  // the state of the same micro-batch on virtual stage v+1 when that stage is on this rank
+  const auto local_next = [&]() -> MicroBatchState* {
+    if (v == last || schedule_.rank_of(v + 1) != rank_) return nullptr;
+    return &states[static_cast<std::size_t>(schedule_.chunk_of(v + 1) * m + a.micro_batch)];
+  };
+  switch (a.kind) {
+  case ActionKind::Forward:
+    forward(a, st, r);
+    if (MicroBatchState* next = local_next())
+      next->input = st.output.detach().set_requires_grad(true);
+    break;
+  case ActionKind::Backward:
+  case ActionKind::BackwardInput:
+  case ActionKind::BackwardWeight: backward(a, st, local_next()); break;
+  case ActionKind::SendActivation:
+    sends.push_back(comm::isend(*group_, st.output, schedule_.rank_of(v + 1), tag(a, false)));
+    break;
+  case ActionKind::SendGradient:
+    sends.push_back(comm::isend(*group_, st.input_grad, schedule_.rank_of(v - 1), tag(a, true)));
+    break;
+  case ActionKind::RecvActivation:
+    st.input = Tensor::empty(shape, dtype);
+    comm::recv(*group_, st.input, schedule_.rank_of(v - 1), tag(a, false));
+    st.input.set_requires_grad(true);
+    break;
+  case ActionKind::RecvGradient:
+    st.grad_output = Tensor::empty(shape, dtype);
+    comm::recv(*group_, st.grad_output, schedule_.rank_of(v + 1), tag(a, true));
+    break;
+  case ActionKind::OptimizerStep:
+    for (auto& s : sends) s->wait();
+    sends.clear();
+    break;
+  }
+}
+
+train::StepResult PipelineTrainer::train_step() {
+  const auto start = std::chrono::steady_clock::now();
+  trainer_.zero_grad();
+  train::StepResult r;
+  std::vector<MicroBatchState> states(static_cast<std::size_t>(schedule_.chunks) *
+                                      static_cast<std::size_t>(schedule_.micro_batches));
+  std::vector<comm::WorkHandle> sends;
+  measured_ = MeasuredStep();
+  const auto seconds = [&](std::chrono::steady_clock::time_point p) {
+    return std::chrono::duration<double>(p - start).count();
+  };
+  for (const Action& a : schedule_.ranks[static_cast<std::size_t>(rank_)]) {
+    const auto begin = std::chrono::steady_clock::now();
+    if (a.kind == ActionKind::OptimizerStep) {
+      run_action(a, states, sends, r);
+      finish_step(r, start);
+    } else {
+      run_action(a, states, sends, r);
+    }
+    const auto end = std::chrono::steady_clock::now();
+    measured_.actions.push_back({a, seconds(begin), seconds(end)});
+    if (a.kind <= ActionKind::BackwardWeight) measured_.busy += seconds(end) - seconds(begin);
+  }
+  return r;
+}
+
+void PipelineTrainer::finish_step(train::StepResult& r,
+                                  std::chrono::steady_clock::time_point start) {
+  const nn::ParameterList& params = trainer_.model().parameters();
+  const int first_rank = schedule_.rank_of(0);
+  const int last_rank = schedule_.rank_of(schedule_.virtual_stages() - 1);
+  // The tied embedding: the first stage has the embedding's part of wte's gradient, the last
+  // the head's; both need the sum (a + b equals b + a exactly, so they stay identical).
+  if (options_.tie_embedding_gradients && first_rank != last_rank &&
+      (rank_ == first_rank || rank_ == last_rank)) {
+    const int peer = rank_ == first_rank ? last_rank : first_rank;
+    const int tied_tag = 2 * schedule_.virtual_stages() * schedule_.micro_batches + 2;
+    for (const nn::NamedParameter& p : params) {
+      if (p.name.rfind("wte.", 0) != 0) continue;
+      const Tensor mine = p.tensor.grad();
+      Tensor theirs = Tensor::empty(mine.shape(), mine.dtype());
+      comm::WorkHandle sent = comm::isend(*group_, mine, peer, tied_tag);
+      comm::recv(*group_, theirs, peer, tied_tag);
+      sent->wait();
+      NoGradGuard no_grad;
+      Tensor param = p.tensor; // a handle: the model's own tensor
+      param.set_grad(mine + theirs);
+    }
+  }
+  // losses: the last stage has the cross-entropy, every stage its own aux and z terms
+  Tensor losses =
+      Tensor::from_vector({r.lm_loss, r.aux_loss, r.z_loss}, Shape({3}), DType::Float64);
+  comm::all_reduce(*group_, losses);
+  const std::vector<double> l = losses.to_vector();
+  r.lm_loss = l[0];
+  r.aux_loss = l[1];
+  r.z_loss = l[2];
+  r.loss = l[0] + l[1] + l[2];
+  // the norm of the whole model: each rank's squares, wte counted once (on the first stage)
+  trainer_.finish_step(r, start, [&] {
+    double squares = 0;
+    for (const nn::NamedParameter& p : params) {
+      if (!owns(p.name) || (p.name.rfind("wte.", 0) == 0 && rank_ != first_rank)) continue;
+      const double n = optim::global_grad_norm({p});
+      squares += n * n;
+    }
+    Tensor total = Tensor::from_vector({squares}, Shape({1}), DType::Float64);
+    comm::all_reduce(*group_, total);
+    return std::sqrt(total.item());
+  });
+}
+
+nn::ParameterList PipelineTrainer::gathered_parameters() {
+  nn::ParameterList out;
+  const int last = schedule_.virtual_stages() - 1;
+  for (const nn::NamedParameter& p : trainer_.model().parameters()) {
+    int owner = schedule_.rank_of(last); // ln_f
+    if (p.name.rfind("wte.", 0) == 0 || p.name.rfind("wpe.", 0) == 0) owner = schedule_.rank_of(0);
+    if (p.name.rfind("h.", 0) == 0) {
+      const int block = std::stoi(p.name.substr(2));
+      for (int s = 0; s <= last; ++s)
+        if (block >= partition_.begin(s) && block < partition_.end(s)) owner = schedule_.rank_of(s);
+    }
+    Tensor copy = p.tensor.detach().clone();
+    comm::broadcast(*group_, copy, owner);
+    out.push_back({p.name, copy, p.decay});
+  }
+  return out;
+}
+
+} // namespace tinyscale::pp

@@ -1,0 +1,88 @@
+// The pipeline executor (chapter 06): one rank of a pipeline runs its list of actions from a
+// Schedule for real. Its stages are cut from the full model (pp/partition.hpp); activations and
+// their gradients travel by send/recv between neighbouring stages; the tied embedding's gradient
+// is summed between the first and the last stage before the optimizer step.
+// The easy thing to get wrong: each stage's backward needs one root. The last stage's is its
+// loss; every other stage's is <y, dL/dy> plus its own MoE auxiliary losses, added per
+// micro-batch (no flush), so every parameter gets exactly the gradient one rank would give it.
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "io/config.hpp"
+#include "pp/partition.hpp"
+#include "pp/schedule.hpp"
+#include "pp/simulate.hpp"
+#include "train/trainer.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace tinyscale::pp {
+
+/// How a run is pipelined.
+struct PipelineOptions {
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int chunks = 1;                    ///< v: model chunks per rank (interleaved only)
+  std::vector<int> blocks_per_stage; ///< a manual cut, one count per virtual stage; empty: even
+  /// For tests only: false skips summing the tied embedding's gradient between the first and
+  /// the last stage (the negative control of the equivalence tests).
+  bool tie_embedding_gradients = true;
+};
+
+/// Throws, before any work, unless `config` can run as a pipeline of `stages` ranks: the
+/// schedule fits p, m and v (pp/schedule.hpp), p v <= n_layer and the partition leaves no stage
+/// empty, the batch divides by the micro-batches, and the device is the CPU.
+void check_pipeline_layout(const io::RunConfig& config, int stages, const PipelineOptions& options);
+
+/// What one rank measured in the last step, per action (seconds from the step's start, on a
+/// clock every rank of the group shares).
+struct MeasuredStep {
+  std::vector<TimedAction> actions; ///< this rank's actions with their start and end
+  double busy = 0;                  ///< seconds of forward and backward compute
+};
+
+/// One rank of the pipeline: its stages' blocks (and the embeddings on the first, the head on
+/// the last), its optimizer, and the whole step's schedule.
+class PipelineTrainer {
+public:
+  /// Collective over `group` (the pp group, rank r = pipeline rank r; it must outlive this).
+  PipelineTrainer(io::RunConfig config, comm::Communicator& group, PipelineOptions options = {});
+
+  /// Collective: one optimizer step on the global batch of train.batch_size rows in
+  /// train.micro_batches micro-batches; every rank returns the same losses and norm.
+  train::StepResult train_step();
+
+  /// Collective: the full model's parameters, each from the rank that trains it (every rank
+  /// gets every one; the embeddings from the first stage).
+  nn::ParameterList gathered_parameters();
+
+  const Schedule& schedule() const { return schedule_; }
+  const Partition& partition() const { return partition_; }
+  /// This rank's actions of the last step, timed.
+  const MeasuredStep& measured() const { return measured_; }
+  /// Whether this rank trains parameter `name` (the tied wte: the first and the last stage).
+  bool owns(const std::string& name) const;
+  const train::Trainer& trainer() const { return trainer_; }
+  std::int64_t step() const { return trainer_.step(); }
+
+private:
+  struct MicroBatchState; // one (chunk, micro-batch)'s tensors while it is in flight
+
+  void run_action(const Action& a, std::vector<MicroBatchState>& states,
+                  std::vector<comm::WorkHandle>& sends, train::StepResult& r);
+  void forward(const Action& a, MicroBatchState& st, train::StepResult& r);
+  void backward(const Action& a, MicroBatchState& st, MicroBatchState* next_local);
+  void finish_step(train::StepResult& r, std::chrono::steady_clock::time_point start);
+  int tag(const Action& a, bool gradient) const;
+
+  train::Trainer trainer_;
+  comm::Communicator* group_;
+  PipelineOptions options_;
+  Schedule schedule_;
+  Partition partition_;
+  int rank_ = 0;
+  std::int64_t rows_ = 0; ///< rows per micro-batch
+  MeasuredStep measured_;
+};
+
+} // namespace tinyscale::pp

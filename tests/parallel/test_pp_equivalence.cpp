@@ -1,0 +1,138 @@
+// Chapter 06's proof on the threads backend: every schedule at pp = 2 and 4, m = 1..8, dense and
+// MoE, equals one rank (tests/pp_equivalence.hpp); the comparison notices a tied embedding whose
+// two halves are not summed; bad layouts are refused before any work.
+#include "pp_equivalence.hpp"
+
+#include "comm/launch.hpp"
+#include "rank_checks.hpp"
+#include "require_ts_error.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tinyscale;
+using namespace tinyscale::test;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+pp::PipelineOptions schedule(pp::ScheduleKind kind, int chunks = 1) {
+  pp::PipelineOptions o;
+  o.schedule = kind;
+  o.chunks = chunks;
+  return o;
+}
+
+RunRecord threads_pp_run(int p, const io::RunConfig& config, const pp::PipelineOptions& options) {
+  std::vector<RunRecord> records(static_cast<std::size_t>(p));
+  comm::run_threads(
+      p,
+      [&](comm::Communicator& world) {
+        records[static_cast<std::size_t>(world.rank())] = pp_run(world, config, options);
+      },
+      comm::testing::test_options(std::chrono::seconds(60)));
+  for (int r = 1; r < p; ++r) {
+    INFO("rank " << r << " against rank 0");
+    REQUIRE(compare_runs(records[0], records[static_cast<std::size_t>(r)], 0.0) == "");
+  }
+  return records[0];
+}
+
+void require_equivalent(int p, const io::RunConfig& config, const pp::PipelineOptions& options) {
+  const RunRecord want = reference_run(config, 1);
+  const RunRecord got = threads_pp_run(p, config, options);
+  INFO(pp::schedule_name(options.schedule)
+       << " p = " << p << ", v = " << options.chunks << ", m = " << config.train.micro_batches
+       << (config.model.moe.every ? ", MoE" : ", dense") << ": worst relative error "
+       << worst_error(want, got));
+  REQUIRE(compare_runs(want, got, kTolerance) == "");
+}
+
+} // namespace
+
+TEST_CASE("GPipe, 1F1B and ZB-H1 at pp 2 and 4 with m = 1..8 equal one rank: losses, norms and "
+          "every parameter after 3 AdamW steps (fp32, rel 1e-5)",
+          "[parallel][pp]") {
+  for (pp::ScheduleKind kind :
+       {pp::ScheduleKind::GPipe, pp::ScheduleKind::OneFOneB, pp::ScheduleKind::ZeroBubbleH1})
+    for (int p : {2, 4})
+      for (int m = 1; m <= 8; ++m)
+        DYNAMIC_SECTION(pp::schedule_name(kind) << ", p = " << p << ", m = " << m) {
+          require_equivalent(p, pp_run_config(m, 4, false), schedule(kind));
+        }
+}
+
+TEST_CASE("Interleaved 1F1B with 2 chunks per rank equals one rank (fp32, rel 1e-5)",
+          "[parallel][pp]") {
+  for (int p : {2, 4})
+    for (int m = p; m <= 8; m += p) DYNAMIC_SECTION("p = " << p << ", m = " << m) {
+        require_equivalent(p, pp_run_config(m, 2 * p, false),
+                           schedule(pp::ScheduleKind::Interleaved, 2));
+      }
+}
+
+TEST_CASE("Every schedule with a MoE model whose aux and z-losses are added inside each stage "
+          "equals one rank (fp32, rel 1e-5)",
+          "[parallel][pp]") {
+  for (pp::ScheduleKind kind :
+       {pp::ScheduleKind::GPipe, pp::ScheduleKind::OneFOneB, pp::ScheduleKind::ZeroBubbleH1})
+    for (int p : {2, 4}) DYNAMIC_SECTION(pp::schedule_name(kind) << ", p = " << p << ", m = 4") {
+        require_equivalent(p, pp_run_config(4, 4, true), schedule(kind));
+      }
+  SECTION("interleaved, p = 2, v = 2, m = 4") {
+    require_equivalent(2, pp_run_config(4, 4, true), schedule(pp::ScheduleKind::Interleaved, 2));
+  }
+}
+
+TEST_CASE("An uneven cut by hand and a balanced cut of 5 blocks over 2 and 4 stages equal one "
+          "rank",
+          "[parallel][pp]") {
+  const io::RunConfig config = pp_run_config(4, 5, false);
+  SECTION("1,4 by hand") {
+    pp::PipelineOptions o = schedule(pp::ScheduleKind::OneFOneB);
+    o.blocks_per_stage = {1, 4};
+    require_equivalent(2, config, o);
+  }
+  SECTION("balanced over 4 stages") {
+    require_equivalent(4, config, schedule(pp::ScheduleKind::OneFOneB));
+  }
+}
+
+TEST_CASE("Negative control: the tied embedding's gradient not summed between the first and the "
+          "last stage breaks the equivalence",
+          "[parallel][pp]") {
+  const io::RunConfig config = pp_run_config(2, 4, false);
+  pp::PipelineOptions o = schedule(pp::ScheduleKind::OneFOneB);
+  o.tie_embedding_gradients = false;
+  const RunRecord want = reference_run(config, 1);
+  std::vector<RunRecord> records(2);
+  comm::run_threads(
+      2,
+      [&](comm::Communicator& world) {
+        records[static_cast<std::size_t>(world.rank())] = pp_run(world, config, o);
+      },
+      comm::testing::test_options(std::chrono::seconds(60)));
+  INFO("worst relative error " << worst_error(want, records[0]));
+  CHECK(worst_error(want, records[0]) > 100 * kTolerance);
+  CHECK_FALSE(compare_runs(want, records[0], kTolerance).empty());
+}
+
+TEST_CASE("A pipeline layout that cannot run is refused before any work, naming the fix",
+          "[parallel][pp]") {
+  io::RunConfig config = pp_run_config(6, 4, false);
+  REQUIRE_TS_ERROR(pp::check_pipeline_layout(config, 4, schedule(pp::ScheduleKind::Interleaved, 2)),
+                   Catch::Contains("must be a multiple of 4; found 6"));
+  REQUIRE_TS_ERROR(pp::check_pipeline_layout(config, 8, schedule(pp::ScheduleKind::OneFOneB)),
+                   Catch::Contains("8 stages (pp x chunks) need at least one block each") &&
+                       Catch::Contains("n_layer = 4"));
+  pp::PipelineOptions manual = schedule(pp::ScheduleKind::OneFOneB);
+  manual.blocks_per_stage = {4, 0};
+  REQUIRE_TS_ERROR(pp::check_pipeline_layout(config, 2, manual),
+                   Catch::Contains("stage 1 gets 0 blocks, which leaves it empty"));
+  manual.blocks_per_stage = {1, 2};
+  REQUIRE_TS_ERROR(pp::check_pipeline_layout(config, 2, manual),
+                   Catch::Contains("add up to 3, but the model has n_layer = 4"));
+  config.train.batch_size = 7;
+  REQUIRE_TS_ERROR(pp::check_pipeline_layout(config, 2, schedule(pp::ScheduleKind::OneFOneB)),
+                   Catch::Contains("does not divide into train.micro_batches = 6"));
+}
