@@ -1,0 +1,44 @@
+// Chapter 06's proof under mpirun -np 4 (label mpi): the comparisons of
+// tests/parallel/test_pp_equivalence.cpp with real processes. pp = 4 uses the world; pp = 2 runs
+// on the two halves of the world side by side, each against one rank.
+#include "mpi_world.hpp"
+
+#include "pp_equivalence.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tinyscale;
+using namespace tinyscale::test;
+
+namespace {
+constexpr double kTolerance = 1e-5;
+
+std::string pp_difference(comm::Communicator& group, const io::RunConfig& config,
+                          pp::ScheduleKind kind, int chunks = 1) {
+  pp::PipelineOptions options;
+  options.schedule = kind;
+  options.chunks = chunks;
+  const RunRecord want = reference_run(config, 1);
+  const RunRecord got = pp_run(group, config, options);
+  INFO(pp::schedule_name(kind) << ": worst relative error " << worst_error(want, got));
+  return compare_runs(want, got, kTolerance);
+}
+} // namespace
+
+TEST_CASE("mpi: every schedule on 4 processes equals one rank (fp32, rel 1e-5)", "[pp]") {
+  auto world = mpi_world();
+  for (pp::ScheduleKind kind :
+       {pp::ScheduleKind::GPipe, pp::ScheduleKind::OneFOneB, pp::ScheduleKind::ZeroBubbleH1}) {
+    CHECK(pp_difference(*world, pp_run_config(6, 4, false), kind) == "");
+    CHECK(pp_difference(*world, pp_run_config(4, 4, true), kind) == "");
+  }
+  CHECK(pp_difference(*world, pp_run_config(8, 8, false), pp::ScheduleKind::Interleaved, 2) == "");
+}
+
+TEST_CASE("mpi: 1F1B and ZB-H1 at pp 2 on each half of the world equal one rank", "[pp]") {
+  auto world = mpi_world();
+  auto half = world->split(world->rank() / 2, world->rank(), "pp");
+  const pp::ScheduleKind kind =
+      world->rank() < 2 ? pp::ScheduleKind::OneFOneB : pp::ScheduleKind::ZeroBubbleH1;
+  CHECK(pp_difference(*half, pp_run_config(3, 4, true), kind) == "");
+}
