@@ -15,6 +15,7 @@
 #include "metrics/mfu.hpp"
 #include "metrics/progress.hpp"
 #include "metrics/trace.hpp"
+#include "pp/trainer.hpp"
 #include "tp/trainer.hpp"
 #include "train/trainer.hpp"
 #include "zero/memory.hpp"
@@ -51,6 +52,10 @@ struct TrainOptions {
   std::string ep_capacity = "local";
   int zero = 0; // ZeRO stage (chapter 07); > 0 runs zero::ZeroTrainer over --dp ranks
   bool no_prefetch = false;
+  int pp = 1; // pipeline ranks (chapter 06); > 1 runs pp::PipelineTrainer
+  std::string schedule = "1f1b";
+  int chunks = 1;
+  std::string pp_blocks; // a manual cut, "3,2,2,3"; empty: balanced
   std::string backend = "auto";
   std::int64_t bucket_kb = 256;
   bool no_overlap = false;
@@ -93,6 +98,9 @@ std::int64_t parameter_count(const train::Trainer& t) {
 std::int64_t parameter_count(const tp::TpTrainer& t) { return t.parameter_count(); }
 std::int64_t parameter_count(const ep::EpTrainer& t) { return t.parameter_count(); }
 std::int64_t parameter_count(const zero::ZeroTrainer& t) { return t.sharded().parameter_count(); }
+std::int64_t parameter_count(const pp::PipelineTrainer& t) {
+  return nn::count_elements(t.trainer().model().parameters());
+}
 
 /// Adds what only a parallel run knows to a step's JSON line and terminal text (root only).
 using Annotate = std::function<void(const train::StepResult&, nlohmann::json&, std::string&)>;
@@ -475,6 +483,61 @@ void run_zero_rank(const TrainOptions& opt, const io::RunConfig& config,
               kib(f.gradients), kib(f.optimizer), kib(sent_formula));
 }
 
+void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Communicator& world) {
+  TS_CHECK(world.size() == opt.pp, "train: expected ", opt.pp, " ranks (--pp), found a world of ",
+           world.size(), " (mpirun -np decides the ranks under mpirun; pass the same --pp)");
+  TS_CHECK(opt.trace_path.empty(), "train: --trace records data-parallel runs only (chapter ",
+           "04); with --pp the step table at the end shows each rank's bubble");
+  TS_CHECK(config.train.checkpoint_every == 0 && opt.resume.empty() && !opt.resume_latest,
+           "train: this version does not checkpoint or resume a pipeline run; set ",
+           "train.checkpoint_every = 0 and leave --resume out with --pp");
+  pp::PipelineOptions options;
+  options.schedule = pp::parse_schedule(opt.schedule);
+  options.chunks = opt.chunks;
+  if (!opt.pp_blocks.empty()) options.blocks_per_stage = pp::parse_blocks_per_stage(opt.pp_blocks);
+  pp::check_pipeline_layout(config, world.size(), options);
+  pp::PipelineTrainer trainer(config, world, options);
+  const bool root = world.rank() == 0;
+  if (root)
+    std::printf("pipeline: %s | pp %d (%s) x %d chunk%s | %lld micro-batches of %lld rows | "
+                "stages %s\n",
+                opt.schedule.c_str(), world.size(), world.backend(), opt.chunks,
+                opt.chunks == 1 ? "" : "s", static_cast<long long>(config.train.micro_batches),
+                static_cast<long long>(config.train.batch_size / config.train.micro_batches),
+                trainer.partition().describe().c_str());
+  pp::BubbleReport bubble;
+  auto step = [&] {
+    train::StepResult r = trainer.train_step();
+    bubble = trainer.bubble_report();
+    return r;
+  };
+  auto annotate = [&](const train::StepResult&, nlohmann::json& line, std::string& text) {
+    double mean = 0, simulated = 0;
+    for (double b : bubble.measured) mean += b / static_cast<double>(bubble.measured.size());
+    for (double b : bubble.simulated) simulated += b / static_cast<double>(bubble.simulated.size());
+    line["pp"] = {{"schedule", opt.schedule},
+                  {"stages", world.size()},
+                  {"chunks", opt.chunks},
+                  {"bubble_measured", bubble.measured},
+                  {"bubble_simulated", bubble.simulated},
+                  {"bubble_formula", bubble.formula}};
+    char buf[120];
+    std::snprintf(buf, sizeof buf, " | bubble %.3f (simulated %.3f, formula %.3f)", mean, simulated,
+                  bubble.formula);
+    text += buf;
+  };
+  run_loop(opt, config, trainer, step, root, world.size(), annotate);
+  if (!root) return;
+  std::printf("the last step's bubble per rank (idle over the makespan of %.1f ms), measured and "
+              "simulated from the step's mean costs (F %.2f, B %.2f, W %.2f ms per stage):\n"
+              "| rank | measured | simulated | formula (unit costs) |\n|---|---|---|---|\n",
+              1e3 * bubble.makespan, 1e3 * bubble.mean_costs.forward,
+              1e3 * bubble.mean_costs.backward_input, 1e3 * bubble.mean_costs.backward_weight);
+  for (std::size_t r = 0; r < bubble.measured.size(); ++r)
+    std::printf("| %zu | %.3f | %.3f | %.3f |\n", r, bubble.measured[r], bubble.simulated[r],
+                bubble.formula);
+}
+
 void run_train(const TrainOptions& opt) {
   if (opt.list_keys) {
     std::cout << io::describe_keys();
@@ -491,6 +554,13 @@ void run_train(const TrainOptions& opt) {
            "parallelism) comes with chapter 10; run --ep inside data parallelism (--dp) only");
   TS_CHECK(opt.zero == 0 || (opt.tp == 1 && opt.ep == 1), "train: --zero with --tp or --ep ",
            "comes with chapter 10; run --zero over data parallelism (--dp) only");
+  TS_CHECK(opt.pp == 1 || (opt.dp <= 1 && opt.tp == 1 && opt.ep == 1 && opt.zero == 0),
+           "train: --pp with --dp, --tp, --ep or --zero comes with chapter 10; run --pp alone");
+  if (opt.pp > 1) {
+    comm::run_world(backend, opt.pp,
+                    [&](comm::Communicator& world) { run_pp_rank(opt, config, world); });
+    return;
+  }
   if (opt.zero > 0) {
     comm::run_world(backend, std::max(1, opt.dp),
                     [&](comm::Communicator& world) { run_zero_rank(opt, config, world); });
@@ -572,6 +642,22 @@ void add_train(CLI::App& app) {
                   "shards the optimizer state, 2 also the gradients, 3 also the parameters")
       ->capture_default_str()
       ->check(CLI::Range(0, 3));
+  cmd->add_option("--pp", opt->pp,
+                  "Pipeline ranks (chapter 06): the model's blocks cut into N stages, one per "
+                  "rank; train.micro_batches micro-batches flow through them")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--schedule", opt->schedule,
+                  "With --pp: gpipe, 1f1b, interleaved (with --chunks) or zb-h1")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
+  cmd->add_option("--chunks", opt->chunks,
+                  "With --schedule interleaved: model chunks per rank (virtual stages = pp x "
+                  "chunks; micro_batches a multiple of pp)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--pp-blocks", opt->pp_blocks,
+                  "With --pp: blocks per virtual stage by hand, e.g. 3,2,2,3 (default: a "
+                  "balanced cut)");
   cmd->add_flag("--no-prefetch", opt->no_prefetch,
                 "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,

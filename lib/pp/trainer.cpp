@@ -58,6 +58,8 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
       partition_(make_partition(trainer_.config(), group.size(), options_)), rank_(group.rank()),
       rows_(trainer_.config().train.batch_size / trainer_.config().train.micro_batches) {
   validate(schedule_);
+  group_->barrier();
+  origin_ = std::chrono::steady_clock::now();
 }
 
 bool PipelineTrainer::owns(const std::string& name) const {
@@ -199,7 +201,7 @@ train::StepResult PipelineTrainer::train_step() {
   std::vector<comm::WorkHandle> sends;
   measured_ = MeasuredStep();
   const auto seconds = [&](std::chrono::steady_clock::time_point p) {
-    return std::chrono::duration<double>(p - start).count();
+    return std::chrono::duration<double>(p - origin_).count();
   };
   for (const Action& a : schedule_.ranks[static_cast<std::size_t>(rank_)]) {
     const auto begin = std::chrono::steady_clock::now();
@@ -262,6 +264,61 @@ void PipelineTrainer::finish_step(train::StepResult& r,
   });
 }
 
+BubbleReport PipelineTrainer::bubble_report() {
+  // this rank's [first start, last end, busy, F seconds, F count, B, B count, W, W count]
+  std::vector<double> mine(9, 0.0);
+  const auto& actions = measured_.actions;
+  TS_CHECK(!actions.empty(), "pipeline: bubble_report() needs a step first");
+  // the step's pipeline: up to the optimizer step (its all-reduces are not part of the schedule)
+  mine[0] = actions.front().start;
+  mine[1] = actions.size() > 1 ? actions[actions.size() - 2].end : actions.back().end;
+  mine[2] = measured_.busy;
+  for (const TimedAction& t : actions) {
+    const double d = t.end - t.start;
+    switch (t.action.kind) {
+    case ActionKind::Forward: mine[3] += d, mine[4] += 1; break;
+    case ActionKind::Backward:
+      mine[5] += d / 2, mine[6] += 1, mine[7] += d / 2, mine[8] += 1;
+      break;
+    case ActionKind::BackwardInput: mine[5] += d, mine[6] += 1; break;
+    case ActionKind::BackwardWeight: mine[7] += d, mine[8] += 1; break;
+    default: break;
+    }
+  }
+  const int p = group_->size();
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(p));
+  group_->all_gather(mine.data(), all.data(), static_cast<std::int64_t>(mine.size()),
+                     DType::Float64);
+  const auto at = [&](int r, int i) {
+    return all[static_cast<std::size_t>(r) * mine.size() + static_cast<std::size_t>(i)];
+  };
+  BubbleReport out;
+  double begin = at(0, 0), end = at(0, 1), sums[6] = {0, 0, 0, 0, 0, 0};
+  for (int r = 0; r < p; ++r) {
+    begin = std::min(begin, at(r, 0));
+    end = std::max(end, at(r, 1));
+    for (int i = 0; i < 6; ++i) sums[i] += at(r, 3 + i);
+  }
+  out.makespan = end - begin;
+  for (int r = 0; r < p; ++r) out.measured.push_back(1.0 - at(r, 2) / out.makespan);
+  out.mean_costs = {sums[0] / std::max(1.0, sums[1]), sums[2] / std::max(1.0, sums[3]),
+                    sums[4] / std::max(1.0, sums[5])};
+  // each virtual stage costs what its rank measured on average (stages differ: the first runs
+  // the embeddings, the last the head and the loss)
+  Costs costs;
+  for (int v = 0; v < schedule_.virtual_stages(); ++v) {
+    const int r = schedule_.rank_of(v);
+    costs.stages.push_back({at(r, 3) / std::max(1.0, at(r, 4)), at(r, 5) / std::max(1.0, at(r, 6)),
+                            at(r, 7) / std::max(1.0, at(r, 8))});
+  }
+  const Simulation sim = simulate(schedule_, costs);
+  out.simulated = sim.bubble;
+  out.simulated_makespan = sim.makespan;
+  out.formula = bubble_formula(options_.schedule, schedule_.stages, schedule_.micro_batches,
+                               schedule_.chunks);
+  return out;
+}
+
 nn::ParameterList PipelineTrainer::gathered_parameters() {
   nn::ParameterList out;
   const int last = schedule_.virtual_stages() - 1;
@@ -278,6 +335,32 @@ nn::ParameterList PipelineTrainer::gathered_parameters() {
     out.push_back({p.name, copy, p.decay});
   }
   return out;
+}
+
+} // namespace tinyscale::pp
+
+namespace tinyscale::pp {
+
+std::string PipelineTrainer::save_checkpoint() {
+  throw Error("pipeline: this version does not write checkpoints of a pipeline run (each rank "
+              "holds its stages' AdamW state); set train.checkpoint_every = 0 with --pp");
+}
+
+void PipelineTrainer::resume(const std::string& path) {
+  throw Error("pipeline: this version cannot resume " + path +
+              " into a pipeline run; resume it without --pp");
+}
+
+double PipelineTrainer::evaluate() {
+  // every rank gets every parameter from the rank that trains it, then runs the whole model
+  const nn::ParameterList gathered = gathered_parameters();
+  const nn::ParameterList& params = trainer_.model().parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Tensor param = params[i].tensor; // a handle: the model's own tensor
+    NoGradGuard no_grad;
+    param.copy_(gathered[i].tensor);
+  }
+  return trainer_.evaluate();
 }
 
 } // namespace tinyscale::pp

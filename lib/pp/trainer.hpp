@@ -34,11 +34,23 @@ struct PipelineOptions {
 /// empty, the batch divides by the micro-batches, and the device is the CPU.
 void check_pipeline_layout(const io::RunConfig& config, int stages, const PipelineOptions& options);
 
-/// What one rank measured in the last step, per action (seconds from the step's start, on a
-/// clock every rank of the group shares).
+/// What one rank measured in the last step, per action: seconds since the trainer's origin,
+/// taken right after a barrier, so the ranks' times line up (steady_clock is system-wide on one
+/// machine; across machines they are approximate).
 struct MeasuredStep {
   std::vector<TimedAction> actions; ///< this rank's actions with their start and end
   double busy = 0;                  ///< seconds of forward and backward compute
+};
+
+/// The bubble of the last step, measured and predicted, for every rank of the pipeline.
+struct BubbleReport {
+  std::vector<double> measured;  ///< per rank: 1 - busy / the step's makespan over all ranks
+  std::vector<double> simulated; ///< per rank: the simulator's, each stage costing its rank's
+                                 ///< measured mean F, B and W
+  double formula = 0;            ///< THEORY.md sec. 1 with unit costs (pp/simulate.hpp)
+  double makespan = 0;           ///< seconds from the first action's start to the last's end
+  double simulated_makespan = 0; ///< the simulator's, with the measured mean costs
+  StageCosts mean_costs;         ///< the measured mean F, B and W over every stage
 };
 
 /// One rank of the pipeline: its stages' blocks (and the embeddings on the first, the head on
@@ -52,6 +64,17 @@ public:
   /// train.micro_batches micro-batches; every rank returns the same losses and norm.
   train::StepResult train_step();
 
+  /// Collective: the mean validation cross-entropy of the whole model (every rank first gets
+  /// every parameter from the rank that trains it, then runs the whole batch).
+  double evaluate();
+  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
+  Device device() const { return trainer_.device(); }
+  /// Checkpoints of a pipeline run are not written in this version: both throw, saying so
+  /// (check_pipeline_layout's callers refuse train.checkpoint_every and --resume first).
+  std::string save_checkpoint();
+  void resume(const std::string& path);
+  double flops_per_token() const { return trainer_.flops_per_token(); }
+
   /// Collective: the full model's parameters, each from the rank that trains it (every rank
   /// gets every one; the embeddings from the first stage).
   nn::ParameterList gathered_parameters();
@@ -60,6 +83,10 @@ public:
   const Partition& partition() const { return partition_; }
   /// This rank's actions of the last step, timed.
   const MeasuredStep& measured() const { return measured_; }
+  /// Collective: the last step's bubble per rank, measured from every rank's timings, beside
+  /// the simulator's prediction from the same step's mean per-action costs. A whole backward's
+  /// time is split between B and W in the proportion 1:1 for the simulator.
+  BubbleReport bubble_report();
   /// Whether this rank trains parameter `name` (the tied wte: the first and the last stage).
   bool owns(const std::string& name) const;
   const train::Trainer& trainer() const { return trainer_; }
@@ -83,6 +110,7 @@ private:
   int rank_ = 0;
   std::int64_t rows_ = 0; ///< rows per micro-batch
   MeasuredStep measured_;
+  std::chrono::steady_clock::time_point origin_; ///< 0 s of measured_, after a barrier
 };
 
 } // namespace tinyscale::pp
