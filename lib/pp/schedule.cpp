@@ -58,12 +58,13 @@ void check_schedule_shape(ScheduleKind kind, int stages, int micro_batches, int 
   TS_CHECK(chunks == 1 || kind == ScheduleKind::Interleaved, what, "found ", chunks,
            " chunks per rank; only the interleaved schedule runs more than one (use "
            "--schedule interleaved, or 1 chunk)");
-  if (kind == ScheduleKind::Interleaved && chunks > 1)
-    TS_CHECK(micro_batches % stages == 0, what, "with ", chunks,
-             " chunks the micro-batches go round the ranks in groups of p = ", stages,
-             ", so they must be a multiple of ", stages, "; found ", micro_batches, " (use ",
-             std::max(stages, micro_batches / stages * stages), " or ",
-             (micro_batches / stages + 1) * stages, ")");
+  if (kind == ScheduleKind::Interleaved && chunks > 1 && micro_batches % stages != 0) {
+    const int below = micro_batches / stages * stages, above = below + stages;
+    throw Error(detail::concat(
+        what, "with ", chunks, " chunks the micro-batches go round the ranks in groups of p = ",
+        stages, ", so they must be a multiple of ", stages, "; found ", micro_batches, " (use ",
+        below > 0 ? std::to_string(below) : "", below > 0 ? " or " : "", above, ")"));
+  }
 }
 
 namespace {
