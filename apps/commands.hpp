@@ -26,6 +26,9 @@ void add_bench_tp(CLI::App& bench);
 void add_bench_ep(CLI::App& bench);
 /// Adds `bench zero`: memory per rank, bytes sent and step time per ZeRO stage and dp size.
 void add_bench_zero(CLI::App& bench);
+/// Adds `bench pp`: pipeline schedules' bubble per rank measured beside the simulator's and the
+/// formula, activation peak and step time.
+void add_bench_pp(CLI::App& bench);
 /// Adds `train`: the single-rank training run.
 void add_train(CLI::App& app);
 /// Adds `export-hf`: a checkpoint as a Hugging Face GPT-2 model.

@@ -486,8 +486,6 @@ void run_zero_rank(const TrainOptions& opt, const io::RunConfig& config,
 void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Communicator& world) {
   TS_CHECK(world.size() == opt.pp, "train: expected ", opt.pp, " ranks (--pp), found a world of ",
            world.size(), " (mpirun -np decides the ranks under mpirun; pass the same --pp)");
-  TS_CHECK(opt.trace_path.empty(), "train: --trace records data-parallel runs only (chapter ",
-           "04); with --pp the step table at the end shows each rank's bubble");
   TS_CHECK(config.train.checkpoint_every == 0 && opt.resume.empty() && !opt.resume_latest,
            "train: this version does not checkpoint or resume a pipeline run; set ",
            "train.checkpoint_every = 0 and leave --resume out with --pp");
@@ -496,7 +494,9 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
   options.chunks = opt.chunks;
   if (!opt.pp_blocks.empty()) options.blocks_per_stage = pp::parse_blocks_per_stage(opt.pp_blocks);
   pp::check_pipeline_layout(config, world.size(), options);
-  pp::PipelineTrainer trainer(config, world, options);
+  std::optional<metrics::TraceRecorder> trace_on;
+  if (!opt.trace_path.empty()) trace_on.emplace(world.rank(), metrics::synchronized_origin(world));
+  pp::PipelineTrainer trainer(config, world, options, trace_on ? &*trace_on : nullptr);
   const bool root = world.rank() == 0;
   if (root)
     std::printf("pipeline: %s | pp %d (%s) x %d chunk%s | %lld micro-batches of %lld rows | "
@@ -527,6 +527,16 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
     text += buf;
   };
   run_loop(opt, config, trainer, step, root, world.size(), annotate);
+  if (trace_on) {
+    const std::vector<metrics::TraceEvent> events =
+        metrics::gather_events(world, trace_on->events());
+    if (root) {
+      metrics::write_chrome_trace(opt.trace_path, events);
+      std::printf("trace: %s (%zu events; open it in https://ui.perfetto.dev or run `tinyscale "
+                  "trace %s`)\n",
+                  opt.trace_path.c_str(), events.size(), opt.trace_path.c_str());
+    }
+  }
   if (!root) return;
   std::printf("the last step's bubble per rank (idle over the makespan of %.1f ms), measured and "
               "simulated from the step's mean costs (F %.2f, B %.2f, W %.2f ms per stage):\n"

@@ -87,6 +87,7 @@ std::vector<Action> gpipe(int m) {
 // x - (p-1), so stage i defers its W's by i steps: they fill the cool-down, where 1F1B idles.
 std::vector<Action> one_f_one_b(int p, int m, int i, bool zero_bubble) {
   std::vector<Action> out;
+  // EXERCISE 6.1 begin: the 1F1B order of stage i (and ZB-H1's deferred W)
   for (int x = 0; x < m + p - 1; ++x) {
     if (x < m) out.push_back(compute(ActionKind::Forward, x));
     const int b = x - (p - 1 - i);
@@ -95,6 +96,7 @@ std::vector<Action> one_f_one_b(int p, int m, int i, bool zero_bubble) {
     const int w = x - (p - 1);
     if (zero_bubble && w >= 0 && w < m) out.push_back(compute(ActionKind::BackwardWeight, w));
   }
+  // EXERCISE 6.1 end
   return out;
 }
 
@@ -125,6 +127,7 @@ void add_communication(Schedule& s) {
   const int last = s.virtual_stages() - 1;
   for (int r = 0; r < s.stages; ++r) {
     std::vector<Action> out;
+    // EXERCISE 6.2 begin: a receive before and a send after each action that crosses ranks
     for (const Action& a : s.ranks[static_cast<std::size_t>(r)]) {
       const int v = s.virtual_stage(r, a.chunk);
       const bool from_prev = v > 0 && s.rank_of(v - 1) != r;    // input from another rank
@@ -142,9 +145,24 @@ void add_communication(Schedule& s) {
         out.push_back(a);
       }
     }
+    // EXERCISE 6.2 end
     out.push_back({ActionKind::OptimizerStep, 0, -1});
     s.ranks[static_cast<std::size_t>(r)] = std::move(out);
   }
+}
+
+std::vector<Action> compute_actions(ScheduleKind kind, int stages, int micro_batches, int chunks,
+                                    int rank) {
+  check_schedule_shape(kind, stages, micro_batches, chunks);
+  TS_CHECK(rank >= 0 && rank < stages, "pipeline schedule: rank ", rank, " is outside [0, ", stages,
+           ")");
+  switch (kind) {
+  case ScheduleKind::GPipe: return gpipe(micro_batches);
+  case ScheduleKind::OneFOneB: return one_f_one_b(stages, micro_batches, rank, false);
+  case ScheduleKind::ZeroBubbleH1: return one_f_one_b(stages, micro_batches, rank, true);
+  case ScheduleKind::Interleaved: return interleaved(stages, micro_batches, chunks, rank);
+  }
+  return {};
 }
 
 Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks) {
@@ -156,15 +174,8 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chu
   s.chunks = chunks;
   s.split_backward = kind == ScheduleKind::ZeroBubbleH1;
   s.ranks.resize(static_cast<std::size_t>(stages));
-  for (int r = 0; r < stages; ++r) {
-    std::vector<Action>& out = s.ranks[static_cast<std::size_t>(r)];
-    switch (kind) {
-    case ScheduleKind::GPipe: out = gpipe(micro_batches); break;
-    case ScheduleKind::OneFOneB: out = one_f_one_b(stages, micro_batches, r, false); break;
-    case ScheduleKind::ZeroBubbleH1: out = one_f_one_b(stages, micro_batches, r, true); break;
-    case ScheduleKind::Interleaved: out = interleaved(stages, micro_batches, chunks, r); break;
-    }
-  }
+  for (int r = 0; r < stages; ++r)
+    s.ranks[static_cast<std::size_t>(r)] = compute_actions(kind, stages, micro_batches, chunks, r);
   add_communication(s);
   return s;
 }

@@ -77,6 +77,11 @@ void check_schedule_shape(ScheduleKind kind, int stages, int micro_batches, int 
 ///    the W's fill the cool-down bubble (Qi et al. 2023) with 1F1B's peak of p micro-batches.
 Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);
 
+/// Rank `rank`'s compute actions (forward, backward, B, W) in the order `kind` runs them, before
+/// add_communication: what make_schedule starts from.
+std::vector<Action> compute_actions(ScheduleKind kind, int stages, int micro_batches, int chunks,
+                                    int rank);
+
 /// Adds the sends and receives a compute-only schedule needs: a receive just before each forward
 /// (and backward) whose input comes from another rank, a send just after each forward (and
 /// backward) whose output goes to another rank; and an optimizer step at the end of each rank.

@@ -182,6 +182,7 @@ private:
         TS_CHECK(from >= 0 && from <= last_ && s_.rank_of(from) != r, "pipeline schedule '",
                  s_.name, "': ", where(r), " receives from virtual stage ", from, ", which ",
                  (from < 0 || from > last_ ? "does not exist" : "is on this rank"));
+        // EXERCISE 6.3 begin: a receive waits for its send, then takes its arrival time
         const std::uint8_t sent = done_[at(from, j)];
         if (!(sent & (act ? kActSent : kGradSent))) {
           waiting_[static_cast<std::size_t>(r)] = true; // woken by the send
@@ -189,6 +190,7 @@ private:
         }
         clock = std::max(clock, (act ? act_arrival_ : grad_arrival_)[at(from, j)]);
         d |= act ? kActReceived : kGradReceived;
+        // EXERCISE 6.3 end
         break;
       }
       case ActionKind::OptimizerStep: break;

@@ -49,14 +49,15 @@ void check_pipeline_layout(const io::RunConfig& config, int stages,
 }
 
 PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group,
-                                 PipelineOptions options)
+                                 PipelineOptions options, metrics::TraceRecorder* trace)
     : trainer_((check_pipeline_layout(config, group.size(), options), std::move(config))),
       group_(&group), options_(std::move(options)),
       schedule_(make_schedule(options_.schedule, group.size(),
                               static_cast<int>(trainer_.config().train.micro_batches),
                               options_.chunks)),
       partition_(make_partition(trainer_.config(), group.size(), options_)), rank_(group.rank()),
-      rows_(trainer_.config().train.batch_size / trainer_.config().train.micro_batches) {
+      rows_(trainer_.config().train.batch_size / trainer_.config().train.micro_batches),
+      trace_(trace) {
   validate(schedule_);
   group_->barrier();
   origin_ = std::chrono::steady_clock::now();
@@ -203,17 +204,29 @@ train::StepResult PipelineTrainer::train_step() {
   const auto seconds = [&](std::chrono::steady_clock::time_point p) {
     return std::chrono::duration<double>(p - origin_).count();
   };
+  activations_.reset_peak();
+  const std::int64_t before = activations_.live_bytes();
   for (const Action& a : schedule_.ranks[static_cast<std::size_t>(rank_)]) {
     const auto begin = std::chrono::steady_clock::now();
     if (a.kind == ActionKind::OptimizerStep) {
       run_action(a, states, sends, r);
+      measured_.activation_peak = activations_.peak_bytes() - before;
       finish_step(r, start);
     } else {
+      CountAllocations count(activations_);
       run_action(a, states, sends, r);
     }
     const auto end = std::chrono::steady_clock::now();
     measured_.actions.push_back({a, seconds(begin), seconds(end)});
-    if (a.kind <= ActionKind::BackwardWeight) measured_.busy += seconds(end) - seconds(begin);
+    const bool compute = a.kind <= ActionKind::BackwardWeight;
+    if (compute) measured_.busy += seconds(end) - seconds(begin);
+    if (trace_ != nullptr) {
+      static const char* const categories[] = {"forward", "backward", "input", "weight",   "send",
+                                               "wait",    "send",     "wait",  "optimizer"};
+      const bool comm = !compute && a.kind != ActionKind::OptimizerStep;
+      trace_->record(comm ? "comm" : "compute", to_string(a), categories[static_cast<int>(a.kind)],
+                     begin, end);
+    }
   }
   return r;
 }

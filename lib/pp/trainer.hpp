@@ -7,8 +7,10 @@
 // micro-batch (no flush), so every parameter gets exactly the gradient one rank would give it.
 #pragma once
 
+#include "backend/memory_counter.hpp"
 #include "comm/communicator.hpp"
 #include "io/config.hpp"
+#include "metrics/trace.hpp"
 #include "pp/partition.hpp"
 #include "pp/schedule.hpp"
 #include "pp/simulate.hpp"
@@ -40,6 +42,9 @@ void check_pipeline_layout(const io::RunConfig& config, int stages, const Pipeli
 struct MeasuredStep {
   std::vector<TimedAction> actions; ///< this rank's actions with their start and end
   double busy = 0;                  ///< seconds of forward and backward compute
+  /// The most bytes this rank's step held at once beyond what it held before the step, counted
+  /// by the allocator: activations saved for backward, received inputs and gradients.
+  std::int64_t activation_peak = 0;
 };
 
 /// The bubble of the last step, measured and predicted, for every rank of the pipeline.
@@ -58,7 +63,10 @@ struct BubbleReport {
 class PipelineTrainer {
 public:
   /// Collective over `group` (the pp group, rank r = pipeline rank r; it must outlive this).
-  PipelineTrainer(io::RunConfig config, comm::Communicator& group, PipelineOptions options = {});
+  /// `trace` (optional) records every action: compute as "F3", "B3", "I3", "W3", sends and
+  /// receives on the "comm" stream.
+  PipelineTrainer(io::RunConfig config, comm::Communicator& group, PipelineOptions options = {},
+                  metrics::TraceRecorder* trace = nullptr);
 
   /// Collective: one optimizer step on the global batch of train.batch_size rows in
   /// train.micro_batches micro-batches; every rank returns the same losses and norm.
@@ -110,6 +118,8 @@ private:
   int rank_ = 0;
   std::int64_t rows_ = 0; ///< rows per micro-batch
   MeasuredStep measured_;
+  MemoryCounter activations_;
+  metrics::TraceRecorder* trace_ = nullptr;
   std::chrono::steady_clock::time_point origin_; ///< 0 s of measured_, after a barrier
 };
 

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <string>
 
 using namespace tinyscale;
 using namespace tinyscale::pp;
@@ -173,4 +174,137 @@ TEST_CASE("A schedule that cannot run the shape asked for is refused, naming the
   REQUIRE_TS_ERROR(make_schedule(ScheduleKind::GPipe, 4, 0), Catch::Contains("at least 1 micro"));
   REQUIRE_TS_ERROR(parse_schedule("1f2b"), Catch::Contains("gpipe, 1f1b, interleaved, zb-h1"));
   CHECK(parse_schedule("zb-h1") == ScheduleKind::ZeroBubbleH1);
+}
+
+namespace {
+// "F0 F1 B0 ..." for a rank's compute actions (the chunk after a dot when it is not 0).
+std::string order(const std::vector<Action>& actions) {
+  std::string out;
+  for (const Action& a : actions) {
+    if (a.kind > ActionKind::BackwardWeight) continue;
+    if (!out.empty()) out += ' ';
+    out += to_string(a);
+  }
+  return out;
+}
+
+// A compute-only schedule written by hand: each rank's actions from "F0 F1 B0 B1"-like text.
+Schedule by_hand(int p, int m, int v, const std::vector<std::string>& ranks, bool split = false) {
+  Schedule s;
+  s.name = "by hand";
+  s.stages = p, s.micro_batches = m, s.chunks = v, s.split_backward = split;
+  for (const std::string& text : ranks) {
+    std::vector<Action> list;
+    std::size_t i = 0;
+    while (i < text.size()) {
+      const char kind = text[i++];
+      std::size_t used = 0;
+      const int j = std::stoi(text.substr(i), &used);
+      i += used;
+      int chunk = 0;
+      if (i < text.size() && text[i] == '.') chunk = text[++i] - '0', ++i;
+      while (i < text.size() && text[i] == ' ') ++i;
+      const ActionKind k = kind == 'F'   ? ActionKind::Forward
+                           : kind == 'B' ? ActionKind::Backward
+                           : kind == 'I' ? ActionKind::BackwardInput
+                                         : ActionKind::BackwardWeight;
+      list.push_back({k, static_cast<std::uint16_t>(chunk), j});
+    }
+    s.ranks.push_back(list);
+  }
+  return s;
+}
+} // namespace
+
+TEST_CASE("1F1B on stage i: p-1-i forwards of warm-up, one forward and one backward, then the "
+          "last backwards, and ZB-H1 defers stage i's W by i steps",
+          "[unit][pp][ex6.1]") {
+  using K = ScheduleKind;
+  CHECK(order(compute_actions(K::OneFOneB, 3, 4, 1, 0)) == "F0 F1 F2 B0 F3 B1 B2 B3");
+  CHECK(order(compute_actions(K::OneFOneB, 3, 4, 1, 1)) == "F0 F1 B0 F2 B1 F3 B2 B3");
+  CHECK(order(compute_actions(K::OneFOneB, 3, 4, 1, 2)) == "F0 B0 F1 B1 F2 B2 F3 B3");
+  CHECK(order(compute_actions(K::ZeroBubbleH1, 3, 4, 1, 0)) ==
+        "F0 F1 F2 I0 W0 F3 I1 W1 I2 W2 I3 W3");
+  CHECK(order(compute_actions(K::ZeroBubbleH1, 3, 4, 1, 1)) ==
+        "F0 F1 I0 F2 I1 W0 F3 I2 W1 I3 W2 W3");
+  CHECK(order(compute_actions(K::ZeroBubbleH1, 3, 4, 1, 2)) ==
+        "F0 I0 F1 I1 F2 I2 W0 F3 I3 W1 W2 W3");
+  CHECK(order(compute_actions(K::OneFOneB, 4, 2, 1, 0)) == "F0 F1 B0 B1"); // m < p: all warm-up
+  // every micro-batch once, forwards and backwards in order, at most p-i forwards ahead
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 16; ++m)
+      for (int i = 0; i < p; ++i) {
+        const std::vector<Action> a = compute_actions(K::OneFOneB, p, m, 1, i);
+        int forwards = 0, backwards = 0, ahead = 0;
+        for (const Action& x : a) {
+          if (x.kind == ActionKind::Forward) REQUIRE(x.micro_batch == forwards++);
+          if (x.kind == ActionKind::Backward) REQUIRE(x.micro_batch == backwards++);
+          ahead = std::max(ahead, forwards - backwards);
+        }
+        INFO("p = " << p << ", m = " << m << ", stage " << i);
+        REQUIRE(forwards == m);
+        REQUIRE(backwards == m);
+        REQUIRE(ahead == std::min(p - i, m));
+      }
+}
+
+TEST_CASE("The sends and receives go right around the actions that cross ranks, and none between "
+          "virtual stages on one rank",
+          "[unit][pp][ex6.2]") {
+  Schedule s = by_hand(2, 2, 1, {"F0 F1 B0 B1", "F0 F1 B0 B1"});
+  add_communication(s);
+  const auto text = [](const std::vector<Action>& list) {
+    std::string out;
+    for (const Action& a : list) {
+      if (!out.empty()) out += ", ";
+      out += to_string(a);
+    }
+    return out;
+  };
+  CHECK(text(s.ranks[0]) ==
+        "F0, send act 0, F1, send act 1, recv grad 0, B0, recv grad 1, B1, step");
+  CHECK(text(s.ranks[1]) ==
+        "recv act 0, F0, recv act 1, F1, B0, send grad 0, B1, send grad 1, step");
+  // split backward: the gradient goes out after B (I here), W crosses nothing
+  s = by_hand(2, 1, 1, {"F0 I0 W0", "F0 I0 W0"}, true);
+  add_communication(s);
+  CHECK(text(s.ranks[0]) == "F0, send act 0, recv grad 0, I0, W0, step");
+  CHECK(text(s.ranks[1]) == "recv act 0, F0, I0, send grad 0, W0, step");
+  // p = 2, v = 2: rank 1's chunk 0 (virtual stage 1) feeds rank 0's chunk 1 (virtual stage 2)
+  s = by_hand(2, 1, 2, {"F0 F0.1 B0.1 B0", "F0 F0.1 B0.1 B0"});
+  add_communication(s);
+  CHECK(text(s.ranks[0]) == "F0, send act 0, recv act 0.1, F0.1, send act 0.1, recv grad 0.1, "
+                            "B0.1, send grad 0.1, recv grad 0, B0, step");
+  CHECK(text(s.ranks[1]) == "recv act 0, F0, send act 0, recv act 0.1, F0.1, B0.1, send grad 0.1, "
+                            "recv grad 0, B0, send grad 0, step");
+  // p = 1: every virtual stage is on the one rank, nothing to send
+  s = by_hand(1, 1, 2, {"F0 F0.1 B0.1 B0"});
+  add_communication(s);
+  CHECK(text(s.ranks[0]) == "F0, F0.1, B0.1, B0, step");
+}
+
+TEST_CASE("In the replay a receive waits for its send and its rank's clock jumps to the arrival",
+          "[unit][pp][ex6.3]") {
+  // GPipe, p = 2, m = 1 with its communication written out
+  const auto schedule = [](bool deadlock) {
+    Schedule s;
+    s.name = "by hand";
+    s.stages = 2;
+    const Action f{ActionKind::Forward, 0, 0}, b{ActionKind::Backward, 0, 0},
+        send_act{ActionKind::SendActivation, 0, 0}, recv_act{ActionKind::RecvActivation, 0, 0},
+        send_grad{ActionKind::SendGradient, 0, 0}, recv_grad{ActionKind::RecvGradient, 0, 0},
+        step{ActionKind::OptimizerStep, 0, -1};
+    s.ranks = {{f, send_act, recv_grad, b, step}, {recv_act, f, b, send_grad, step}};
+    if (deadlock) s.ranks[0] = {recv_grad, f, send_act, b, step};
+    return s;
+  };
+  // F on rank 0 [0, 1], arrives 1.5; rank 1 [1.5, 4.5]; the gradient arrives at 5: B [5, 7]
+  const Simulation sim = simulate(schedule(false), Costs::uniform(1, 1, 1, 0.5), true);
+  CHECK(sim.makespan == 7.0);
+  CHECK(sim.timeline[1][0].end == 1.5); // rank 1's receive of the activation
+  CHECK(sim.timeline[0][2].end == 5.0); // rank 0's receive of the gradient
+  REQUIRE_TS_ERROR(validate(schedule(true)),
+                   Catch::Contains("deadlocks") &&
+                       Catch::Contains("rank 0 at action 0 (recv grad 0) waits for rank 1's "
+                                       "'send grad 0'"));
 }
