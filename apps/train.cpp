@@ -484,8 +484,10 @@ void run_zero_rank(const TrainOptions& opt, const io::RunConfig& config,
 }
 
 void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Communicator& world) {
-  TS_CHECK(world.size() == opt.pp, "train: expected ", opt.pp, " ranks (--pp), found a world of ",
-           world.size(), " (mpirun -np decides the ranks under mpirun; pass the same --pp)");
+  const int dp = std::max(1, opt.dp);
+  TS_CHECK(world.size() == opt.pp * dp, "train: expected ", opt.pp * dp,
+           " ranks (--pp x --dp), found a world of ", world.size(),
+           " (mpirun -np decides the ranks under mpirun; pass --pp and --dp to match)");
   TS_CHECK(config.train.checkpoint_every == 0 && opt.resume.empty() && !opt.resume_latest,
            "train: this version does not checkpoint or resume a pipeline run; set ",
            "train.checkpoint_every = 0 and leave --resume out with --pp");
@@ -493,17 +495,21 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
   options.schedule = pp::parse_schedule(opt.schedule);
   options.chunks = opt.chunks;
   if (!opt.pp_blocks.empty()) options.blocks_per_stage = pp::parse_blocks_per_stage(opt.pp_blocks);
-  pp::check_pipeline_layout(config, world.size(), options);
+  pp::check_pipeline_layout(config, opt.pp, options, dp);
+  // dp innermost (Megatron's order): world rank = d + dp x stage
+  auto pipeline = world.split(world.rank() % dp, world.rank(), "pp");
+  auto copies = world.split(world.rank() / dp, world.rank(), "dp");
   std::optional<metrics::TraceRecorder> trace_on;
   if (!opt.trace_path.empty()) trace_on.emplace(world.rank(), metrics::synchronized_origin(world));
-  pp::PipelineTrainer trainer(config, world, options, trace_on ? &*trace_on : nullptr);
+  pp::PipelineTrainer trainer(config, *pipeline, options, trace_on ? &*trace_on : nullptr,
+                              copies.get());
   const bool root = world.rank() == 0;
   if (root)
-    std::printf("pipeline: %s | pp %d (%s) x %d chunk%s | %lld micro-batches of %lld rows | "
-                "stages %s\n",
-                opt.schedule.c_str(), world.size(), world.backend(), opt.chunks,
-                opt.chunks == 1 ? "" : "s", static_cast<long long>(config.train.micro_batches),
-                static_cast<long long>(config.train.batch_size / config.train.micro_batches),
+    std::printf("pipeline: %s | pp %d (%s) x %d chunk%s | dp %d | %lld micro-batches of %lld "
+                "rows per pipeline | stages %s\n",
+                opt.schedule.c_str(), opt.pp, world.backend(), opt.chunks,
+                opt.chunks == 1 ? "" : "s", dp, static_cast<long long>(config.train.micro_batches),
+                static_cast<long long>(config.train.batch_size / (dp * config.train.micro_batches)),
                 trainer.partition().describe().c_str());
   pp::BubbleReport bubble;
   auto step = [&] {
@@ -516,7 +522,8 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
     for (double b : bubble.measured) mean += b / static_cast<double>(bubble.measured.size());
     for (double b : bubble.simulated) simulated += b / static_cast<double>(bubble.simulated.size());
     line["pp"] = {{"schedule", opt.schedule},
-                  {"stages", world.size()},
+                  {"stages", opt.pp},
+                  {"dp", dp},
                   {"chunks", opt.chunks},
                   {"bubble_measured", bubble.measured},
                   {"bubble_simulated", bubble.simulated},
@@ -564,10 +571,11 @@ void run_train(const TrainOptions& opt) {
            "parallelism) comes with chapter 10; run --ep inside data parallelism (--dp) only");
   TS_CHECK(opt.zero == 0 || (opt.tp == 1 && opt.ep == 1), "train: --zero with --tp or --ep ",
            "comes with chapter 10; run --zero over data parallelism (--dp) only");
-  TS_CHECK(opt.pp == 1 || (opt.dp <= 1 && opt.tp == 1 && opt.ep == 1 && opt.zero == 0),
-           "train: --pp with --dp, --tp, --ep or --zero comes with chapter 10; run --pp alone");
+  TS_CHECK(opt.pp == 1 || (opt.tp == 1 && opt.ep == 1 && opt.zero == 0),
+           "train: --pp with --tp, --ep or --zero comes with chapter 10; run --pp alone or with "
+           "--dp");
   if (opt.pp > 1) {
-    comm::run_world(backend, opt.pp,
+    comm::run_world(backend, opt.pp * std::max(1, opt.dp),
                     [&](comm::Communicator& world) { run_pp_rank(opt, config, world); });
     return;
   }
@@ -654,7 +662,8 @@ void add_train(CLI::App& app) {
       ->check(CLI::Range(0, 3));
   cmd->add_option("--pp", opt->pp,
                   "Pipeline ranks (chapter 06): the model's blocks cut into N stages, one per "
-                  "rank; train.micro_batches micro-batches flow through them")
+                  "rank; train.micro_batches micro-batches flow through them; with --dp D, D "
+                  "pipelines (the world is pp x dp, dp innermost)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--schedule", opt->schedule,
                   "With --pp: gpipe, 1f1b, interleaved (with --chunks) or zb-h1")

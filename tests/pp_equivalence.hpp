@@ -17,10 +17,11 @@ inline io::RunConfig pp_run_config(int m, int layers, bool moe, int b = 1) {
   return c;
 }
 
-/// This rank's side of a pipeline run over `group`: the parameters are gathered at the end.
+/// This rank's side of a pipeline run over `group` (inside `data_parallel` pipelines, when
+/// given): the parameters are gathered at the end.
 inline RunRecord pp_run(comm::Communicator& group, const io::RunConfig& config,
-                        pp::PipelineOptions options) {
-  pp::PipelineTrainer trainer(config, group, options);
+                        pp::PipelineOptions options, comm::Communicator* data_parallel = nullptr) {
+  pp::PipelineTrainer trainer(config, group, options, nullptr, data_parallel);
   RunRecord r;
   for (int s = 0; s < config.train.steps; ++s) {
     const train::StepResult step = trainer.train_step();
@@ -29,6 +30,16 @@ inline RunRecord pp_run(comm::Communicator& group, const io::RunConfig& config,
   }
   record_params(r, trainer.gathered_parameters());
   return r;
+}
+
+/// PP x DP on `world`: dp innermost (world rank = d + D pp_rank, Megatron's order), each
+/// pipeline a pp group, each stage's copies a dp group.
+inline RunRecord pp_dp_run(comm::Communicator& world, int data_parallel,
+                           const io::RunConfig& config, pp::PipelineOptions options) {
+  const int d = world.rank() % data_parallel, stage = world.rank() / data_parallel;
+  auto pipeline = world.split(d, world.rank(), "pp");
+  auto copies = world.split(stage, world.rank(), "dp");
+  return pp_run(*pipeline, config, options, copies.get());
 }
 
 } // namespace tinyscale::test

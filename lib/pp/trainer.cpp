@@ -36,28 +36,38 @@ Partition make_partition(const io::RunConfig& config, int stages, const Pipeline
 }
 } // namespace
 
-void check_pipeline_layout(const io::RunConfig& config, int stages,
-                           const PipelineOptions& options) {
+void check_pipeline_layout(const io::RunConfig& config, int stages, const PipelineOptions& options,
+                           int data_parallel) {
   const train::TrainConfig& t = config.train;
   check_schedule_shape(options.schedule, stages, static_cast<int>(t.micro_batches), options.chunks);
   (void)make_partition(config, stages, options);
-  TS_CHECK(t.batch_size % t.micro_batches == 0, "pipeline: train.batch_size = ", t.batch_size,
-           " does not divide into train.micro_batches = ", t.micro_batches,
-           " micro-batches of equal rows; pick a batch size that is a multiple of it");
+  TS_CHECK(t.batch_size % (data_parallel * t.micro_batches) == 0,
+           "pipeline: train.batch_size = ", t.batch_size, " does not divide into ", data_parallel,
+           " pipeline(s) x ", t.micro_batches,
+           " micro-batches (train.micro_batches) of equal rows; pick a batch size ",
+           "that is a multiple of ", data_parallel * t.micro_batches);
   TS_CHECK(t.device == "cpu", "pipeline: train.device = \"", t.device,
            "\"; this version passes activations in host memory: run with --pp on the CPU");
 }
 
 PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group,
-                                 PipelineOptions options, metrics::TraceRecorder* trace)
-    : trainer_((check_pipeline_layout(config, group.size(), options), std::move(config))),
-      group_(&group), options_(std::move(options)),
+                                 PipelineOptions options, metrics::TraceRecorder* trace,
+                                 comm::Communicator* data_parallel)
+    : trainer_((check_pipeline_layout(config, group.size(), options,
+                                      data_parallel != nullptr ? data_parallel->size() : 1),
+                std::move(config))),
+      group_(&group), data_parallel_(data_parallel), options_(std::move(options)),
       schedule_(make_schedule(options_.schedule, group.size(),
                               static_cast<int>(trainer_.config().train.micro_batches),
                               options_.chunks)),
       partition_(make_partition(trainer_.config(), group.size(), options_)), rank_(group.rank()),
-      rows_(trainer_.config().train.batch_size / trainer_.config().train.micro_batches),
       trace_(trace) {
+  const std::int64_t d = data_parallel_ != nullptr ? data_parallel_->rank() : 0;
+  const std::int64_t D = data_parallel_ != nullptr ? data_parallel_->size() : 1;
+  const train::TrainConfig& t = trainer_.config().train;
+  rows_ = t.batch_size / (D * t.micro_batches);
+  first_row_ = d * t.micro_batches * rows_;
+  loss_divisor_ = static_cast<double>(D * t.micro_batches);
   validate(schedule_);
   group_->barrier();
   origin_ = std::chrono::steady_clock::now();
@@ -90,8 +100,8 @@ void PipelineTrainer::forward(const Action& a, MicroBatchState& st, train::StepR
   const nn::GPT& model = trainer_.model();
   const int v = schedule_.virtual_stage(rank_, a.chunk);
   const int last = schedule_.virtual_stages() - 1;
-  const std::int64_t row_begin = a.micro_batch * rows_;
-  const double m = static_cast<double>(schedule_.micro_batches);
+  const std::int64_t row_begin = first_row_ + a.micro_batch * rows_;
+  const double m = loss_divisor_; // one rank with D x m micro-batches divides by that
   nn::ForwardContext ctx{true, t.seed, trainer_.step(), row_begin, nullptr};
   data::Batch batch;
   if (v == 0 || v == last)
@@ -254,10 +264,12 @@ void PipelineTrainer::finish_step(train::StepResult& r,
       param.set_grad(mine + theirs);
     }
   }
+  reduce_over_data_parallel();
   // losses: the last stage has the cross-entropy, every stage its own aux and z terms
   Tensor losses =
       Tensor::from_vector({r.lm_loss, r.aux_loss, r.z_loss}, Shape({3}), DType::Float64);
   comm::all_reduce(*group_, losses);
+  if (data_parallel_ != nullptr) comm::all_reduce(*data_parallel_, losses);
   const std::vector<double> l = losses.to_vector();
   r.lm_loss = l[0];
   r.aux_loss = l[1];
@@ -275,6 +287,29 @@ void PipelineTrainer::finish_step(train::StepResult& r,
     comm::all_reduce(*group_, total);
     return std::sqrt(total.item());
   });
+}
+
+// PP x DP: each stage's gradients summed over the pipelines holding the same stage. A parameter
+// with a gradient on no pipeline (an expert no token reached) keeps none, as on one rank.
+void PipelineTrainer::reduce_over_data_parallel() {
+  if (data_parallel_ == nullptr || data_parallel_->size() == 1) return;
+  std::vector<const nn::NamedParameter*> mine;
+  for (const nn::NamedParameter& p : trainer_.model().parameters())
+    if (owns(p.name)) mine.push_back(&p);
+  std::vector<double> had(mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) had[i] = mine[i]->tensor.grad().defined() ? 1 : 0;
+  Tensor counts =
+      Tensor::from_vector(had, Shape({static_cast<std::int64_t>(had.size())}), DType::Float64);
+  comm::all_reduce(*data_parallel_, counts);
+  const std::vector<double> with_grad = counts.to_vector();
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    if (with_grad[i] == 0) continue;
+    Tensor param = mine[i]->tensor; // a handle: the model's own tensor
+    Tensor g = param.grad().defined() ? param.grad() : Tensor::zeros(param.shape(), param.dtype());
+    comm::all_reduce(*data_parallel_, g);
+    param.set_grad(g);
+  }
 }
 
 BubbleReport PipelineTrainer::bubble_report() {

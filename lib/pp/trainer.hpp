@@ -31,10 +31,12 @@ struct PipelineOptions {
   bool tie_embedding_gradients = true;
 };
 
-/// Throws, before any work, unless `config` can run as a pipeline of `stages` ranks: the
-/// schedule fits p, m and v (pp/schedule.hpp), p v <= n_layer and the partition leaves no stage
-/// empty, the batch divides by the micro-batches, and the device is the CPU.
-void check_pipeline_layout(const io::RunConfig& config, int stages, const PipelineOptions& options);
+/// Throws, before any work, unless `config` can run as a pipeline of `stages` ranks inside
+/// `data_parallel` pipelines: the schedule fits p, m and v (pp/schedule.hpp), p v <= n_layer
+/// and the partition leaves no stage empty, the batch divides by data_parallel x micro-batches,
+/// and the device is the CPU.
+void check_pipeline_layout(const io::RunConfig& config, int stages, const PipelineOptions& options,
+                           int data_parallel = 1);
 
 /// What one rank measured in the last step, per action: seconds since the trainer's origin,
 /// taken right after a barrier, so the ranks' times line up (steady_clock is system-wide on one
@@ -64,9 +66,12 @@ class PipelineTrainer {
 public:
   /// Collective over `group` (the pp group, rank r = pipeline rank r; it must outlive this).
   /// `trace` (optional) records every action: compute as "F3", "B3", "I3", "W3", sends and
-  /// receives on the "comm" stream.
+  /// receives on the "comm" stream. `data_parallel` (optional): the ranks holding the same
+  /// stages in the other pipelines (PP x DP); pipeline d runs rows [d B/D, (d+1) B/D) of the
+  /// global batch B in its m micro-batches, and the stages' gradients are summed over it.
   PipelineTrainer(io::RunConfig config, comm::Communicator& group, PipelineOptions options = {},
-                  metrics::TraceRecorder* trace = nullptr);
+                  metrics::TraceRecorder* trace = nullptr,
+                  comm::Communicator* data_parallel = nullptr);
 
   /// Collective: one optimizer step on the global batch of train.batch_size rows in
   /// train.micro_batches micro-batches; every rank returns the same losses and norm.
@@ -108,15 +113,19 @@ private:
   void forward(const Action& a, MicroBatchState& st, train::StepResult& r);
   void backward(const Action& a, MicroBatchState& st, MicroBatchState* next_local);
   void finish_step(train::StepResult& r, std::chrono::steady_clock::time_point start);
+  void reduce_over_data_parallel();
   int tag(const Action& a, bool gradient) const;
 
   train::Trainer trainer_;
   comm::Communicator* group_;
+  comm::Communicator* data_parallel_ = nullptr; ///< null: one pipeline
   PipelineOptions options_;
   Schedule schedule_;
   Partition partition_;
   int rank_ = 0;
-  std::int64_t rows_ = 0; ///< rows per micro-batch
+  std::int64_t rows_ = 0;      ///< rows per micro-batch
+  std::int64_t first_row_ = 0; ///< this pipeline's first row of the global batch
+  double loss_divisor_ = 1;    ///< micro-batches of the whole step: m x data-parallel size
   MeasuredStep measured_;
   MemoryCounter activations_;
   metrics::TraceRecorder* trace_ = nullptr;

@@ -42,3 +42,19 @@ TEST_CASE("mpi: 1F1B and ZB-H1 at pp 2 on each half of the world equal one rank"
       world->rank() < 2 ? pp::ScheduleKind::OneFOneB : pp::ScheduleKind::ZeroBubbleH1;
   CHECK(pp_difference(*half, pp_run_config(3, 4, true), kind) == "");
 }
+
+TEST_CASE("mpi: PP x DP 2 x 2 equals one rank (1F1B and ZB-H1, MoE)", "[pp]") {
+  auto world = mpi_world();
+  for (pp::ScheduleKind kind : {pp::ScheduleKind::OneFOneB, pp::ScheduleKind::ZeroBubbleH1}) {
+    io::RunConfig config = pp_run_config(2, 4, true);
+    config.train.batch_size = 4; // 2 pipelines x 2 micro-batches of 1 row
+    io::RunConfig reference = config;
+    reference.train.micro_batches = 4;
+    pp::PipelineOptions options;
+    options.schedule = kind;
+    const RunRecord want = reference_run(reference, 1);
+    const RunRecord got = pp_dp_run(*world, 2, config, options);
+    INFO(pp::schedule_name(kind) << ": worst relative error " << worst_error(want, got));
+    CHECK(compare_runs(want, got, kTolerance) == "");
+  }
+}

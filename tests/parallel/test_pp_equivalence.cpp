@@ -98,6 +98,51 @@ TEST_CASE("An uneven cut by hand and a balanced cut of 5 blocks over 2 and 4 sta
   }
 }
 
+TEST_CASE("PP x DP 2 x 2 equals one rank with every schedule, dense and MoE (fp32, rel 1e-5)",
+          "[parallel][pp]") {
+  for (pp::ScheduleKind kind :
+       {pp::ScheduleKind::GPipe, pp::ScheduleKind::OneFOneB, pp::ScheduleKind::ZeroBubbleH1})
+    for (bool moe : {false, true})
+      DYNAMIC_SECTION(pp::schedule_name(kind) << (moe ? ", MoE" : ", dense")) {
+        io::RunConfig config = pp_run_config(3, 4, moe);
+        config.train.batch_size = 2 * 3; // 2 pipelines x 3 micro-batches of 1 row
+        config.train.micro_batches = 3;
+        io::RunConfig reference = config;
+        reference.train.micro_batches = 6; // one rank: the same 6 micro-batches of 1 row
+        const RunRecord want = reference_run(reference, 1);
+        std::vector<RunRecord> records(4);
+        comm::run_threads(
+            4,
+            [&](comm::Communicator& world) {
+              records[static_cast<std::size_t>(world.rank())] =
+                  pp_dp_run(world, 2, config, schedule(kind));
+            },
+            comm::testing::test_options(std::chrono::seconds(60)));
+        for (int r = 0; r < 4; ++r) {
+          INFO("rank " << r << ": worst relative error "
+                       << worst_error(want, records[static_cast<std::size_t>(r)]));
+          REQUIRE(compare_runs(want, records[static_cast<std::size_t>(r)], kTolerance) == "");
+        }
+      }
+  SECTION("interleaved, v = 2") {
+    io::RunConfig config = pp_run_config(2, 4, false);
+    config.train.batch_size = 4;
+    io::RunConfig reference = config;
+    reference.train.micro_batches = 4;
+    const RunRecord want = reference_run(reference, 1);
+    std::vector<RunRecord> records(4);
+    comm::run_threads(
+        4,
+        [&](comm::Communicator& world) {
+          records[static_cast<std::size_t>(world.rank())] =
+              pp_dp_run(world, 2, config, schedule(pp::ScheduleKind::Interleaved, 2));
+        },
+        comm::testing::test_options(std::chrono::seconds(60)));
+    REQUIRE(compare_runs(want, records[0], kTolerance) == "");
+    REQUIRE(compare_runs(want, records[3], kTolerance) == "");
+  }
+}
+
 TEST_CASE("Negative control: the tied embedding's gradient not summed between the first and the "
           "last stage breaks the equivalence",
           "[parallel][pp]") {
@@ -134,5 +179,5 @@ TEST_CASE("A pipeline layout that cannot run is refused before any work, naming 
                    Catch::Contains("add up to 3, but the model has n_layer = 4"));
   config.train.batch_size = 7;
   REQUIRE_TS_ERROR(pp::check_pipeline_layout(config, 2, schedule(pp::ScheduleKind::OneFOneB)),
-                   Catch::Contains("does not divide into train.micro_batches = 6"));
+                   Catch::Contains("does not divide into 1 pipeline(s) x 6 micro-batches"));
 }
