@@ -27,6 +27,7 @@ struct ScheduleOptions {
   double p2p = 0;
   bool timeline = false;
   bool list = false;
+  bool global_aux = false;
 };
 
 pp::StageCosts parse_costs(const std::string& text) {
@@ -95,9 +96,16 @@ void run_schedule(const ScheduleOptions& opt) {
                   pp::schedule_name(kind), v);
       continue;
     }
-    const pp::Schedule s = pp::make_schedule(kind, opt.stages, opt.micro_batches, v);
+    pp::Schedule s = pp::make_schedule(kind, opt.stages, opt.micro_batches, v);
+    s.global_aux = opt.global_aux;
     std::size_t actions = 0;
     for (const auto& r : s.ranks) actions += r.size();
+    if (opt.global_aux && !pp::find_problem(s).empty()) {
+      std::printf("| %s | %d | %zu | - | - | - | - | - | - | refused: a stage's backward would run "
+                  "before all its forwards |\n",
+                  s.name.c_str(), v, actions);
+      continue;
+    }
     const auto start = std::chrono::steady_clock::now();
     pp::Simulation sim = pp::simulate(s, costs, opt.timeline);
     const double ms =
@@ -163,6 +171,9 @@ void add_schedule(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--timeline", opt->timeline, "Draw each schedule's timeline as text");
   cmd->add_flag("--list", opt->list, "Print every rank's compute actions in order");
+  cmd->add_flag("--global-aux", opt->global_aux,
+                "A batch-global auxiliary loss: a stage's backward needs all its forwards first "
+                "(only gpipe can run it)");
   cmd->callback([opt] { run_schedule(*opt); });
 }
 

@@ -494,7 +494,10 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
   pp::PipelineOptions options;
   options.schedule = pp::parse_schedule(opt.schedule);
   options.chunks = opt.chunks;
-  if (!opt.pp_blocks.empty()) options.blocks_per_stage = pp::parse_blocks_per_stage(opt.pp_blocks);
+  if (opt.pp_blocks == "measured")
+    options.measured_partition = true;
+  else if (!opt.pp_blocks.empty())
+    options.blocks_per_stage = pp::parse_blocks_per_stage(opt.pp_blocks);
   pp::check_pipeline_layout(config, opt.pp, options, dp);
   // dp innermost (Megatron's order): world rank = d + dp x stage
   auto pipeline = world.split(world.rank() % dp, world.rank(), "pp");
@@ -511,6 +514,14 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
                 opt.chunks == 1 ? "" : "s", dp, static_cast<long long>(config.train.micro_batches),
                 static_cast<long long>(config.train.batch_size / (dp * config.train.micro_batches)),
                 trainer.partition().describe().c_str());
+  if (root && options.measured_partition) {
+    const pp::LayerCosts& c = trainer.layer_costs();
+    std::printf("cut from measured costs (forward + backward of one micro-batch): embeddings "
+                "%.2f ms, blocks",
+                1e3 * c.embed);
+    for (double b : c.blocks) std::printf(" %.2f", 1e3 * b);
+    std::printf(" ms, head and loss %.2f ms\n", 1e3 * c.head);
+  }
   pp::BubbleReport bubble;
   auto step = [&] {
     train::StepResult r = trainer.train_step();
@@ -675,8 +686,9 @@ void add_train(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd->add_option("--pp-blocks", opt->pp_blocks,
-                  "With --pp: blocks per virtual stage by hand, e.g. 3,2,2,3 (default: a "
-                  "balanced cut)");
+                  "With --pp: blocks per virtual stage by hand, e.g. 3,2,2,3, or `measured`: "
+                  "balance the stages by timing the embeddings, each block and the head (default: "
+                  "the same number of blocks per stage, give or take one)");
   cmd->add_flag("--no-prefetch", opt->no_prefetch,
                 "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,

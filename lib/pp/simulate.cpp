@@ -57,7 +57,8 @@ public:
         done_(static_cast<std::size_t>(s.virtual_stages()) * static_cast<std::size_t>(m_), 0),
         act_arrival_(done_.size(), 0.0), grad_arrival_(done_.size(), 0.0),
         pc_(static_cast<std::size_t>(s.stages), 0), clock_(pc_.size(), 0.0),
-        waiting_(pc_.size(), false), in_flight_(pc_.size(), 0) {
+        waiting_(pc_.size(), false), in_flight_(pc_.size(), 0),
+        forwards_(static_cast<std::size_t>(s.virtual_stages()), 0) {
     out_.busy.assign(pc_.size(), 0.0);
     out_.peak_in_flight.assign(pc_.size(), 0.0);
     if (record) out_.timeline.resize(pc_.size());
@@ -141,11 +142,16 @@ private:
         }
         compute(r, c.forward);
         d |= kForward;
+        ++forwards_[static_cast<std::size_t>(v)];
         in_flight(r, +1);
         break;
       case ActionKind::Backward:
       case ActionKind::BackwardInput:
         if (!(d & kForward)) order_error(r, "its forward");
+        if (s_.global_aux && forwards_[static_cast<std::size_t>(v)] < m_)
+          order_error(r, "every micro-batch's forward on its stage (the batch-global auxiliary "
+                         "loss couples them, THEORY.md sec. 7: only all-forward-all-backward, "
+                         "gpipe, can run it)");
         if (v < last_) {
           const bool local = s_.rank_of(v + 1) == r;
           if (local && !(done_[at(v + 1, j)] & kInput))
@@ -277,6 +283,7 @@ private:
   std::vector<double> clock_;
   std::vector<bool> waiting_;
   std::vector<int> in_flight_;
+  std::vector<int> forwards_; // per virtual stage: forwards run so far
   Simulation out_;
 };
 

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace tinyscale::pp {
 
@@ -68,9 +69,71 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
   rows_ = t.batch_size / (D * t.micro_batches);
   first_row_ = d * t.micro_batches * rows_;
   loss_divisor_ = static_cast<double>(D * t.micro_batches);
+  if (options_.measured_partition && options_.blocks_per_stage.empty()) {
+    // rank 0 of pipeline 0 measures; every rank cuts with the same numbers
+    const int n_layer = trainer_.config().model.n_layer;
+    std::vector<double> costs(static_cast<std::size_t>(n_layer) + 2, 0.0);
+    if (rank_ == 0 && (data_parallel_ == nullptr || data_parallel_->rank() == 0)) {
+      layer_costs_ = measure_layer_costs(trainer_, rows_);
+      costs[0] = layer_costs_.embed;
+      costs[1] = layer_costs_.head;
+      std::copy(layer_costs_.blocks.begin(), layer_costs_.blocks.end(), costs.begin() + 2);
+    }
+    Tensor shared = Tensor::from_vector(costs, Shape({static_cast<std::int64_t>(costs.size())}),
+                                        DType::Float64);
+    comm::broadcast(*group_, shared, 0);
+    if (data_parallel_ != nullptr) comm::broadcast(*data_parallel_, shared, 0);
+    costs = shared.to_vector();
+    layer_costs_ = {costs[0], std::vector<double>(costs.begin() + 2, costs.end()), costs[1]};
+    partition_ = balanced_partition(n_layer, schedule_.virtual_stages(), layer_costs_.blocks,
+                                    layer_costs_.embed, layer_costs_.head);
+  }
   validate(schedule_);
   group_->barrier();
   origin_ = std::chrono::steady_clock::now();
+}
+
+LayerCosts measure_layer_costs(train::Trainer& trainer, std::int64_t rows) {
+  const train::TrainConfig& t = trainer.config().train;
+  const nn::GPT& model = trainer.model();
+  const data::Batch b =
+      trainer.dataset().batch(data::Split::Train, 0, t.batch_size, t.seq_len, 0, rows);
+  const nn::ForwardContext ctx{true, t.seed, 0, 0, nullptr};
+  // forward and backward of `piece`: one warm-up, then the median of three
+  const auto seconds = [](const std::function<void()>& piece) {
+    piece();
+    std::vector<double> runs;
+    for (int i = 0; i < 3; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      piece();
+      runs.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(runs.begin(), runs.end());
+    return runs[1];
+  };
+  Tensor x0;
+  {
+    NoGradGuard no_grad;
+    x0 = model.embed(b.inputs, ctx);
+  }
+  const auto leaf = [&] {
+    Tensor x = x0.detach();
+    x.set_requires_grad(true);
+    return x;
+  };
+  LayerCosts out;
+  out.embed = seconds([&] { tinyscale::backward(sum(model.embed(b.inputs, ctx))); });
+  for (int i = 0; i < model.config().n_layer; ++i)
+    out.blocks.push_back(seconds([&] {
+      const nn::FeedForwardOutput y = model.block(i, leaf(), ctx);
+      Tensor root = sum(y.y);
+      if (y.aux_loss.defined()) root = root + y.aux_loss + y.z_loss;
+      tinyscale::backward(root);
+    }));
+  out.head = seconds([&] { tinyscale::backward(cross_entropy(model.head(leaf()), b.targets)); });
+  trainer.zero_grad();
+  return out;
 }
 
 bool PipelineTrainer::owns(const std::string& name) const {

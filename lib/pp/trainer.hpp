@@ -26,6 +26,9 @@ struct PipelineOptions {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int chunks = 1;                    ///< v: model chunks per rank (interleaved only)
   std::vector<int> blocks_per_stage; ///< a manual cut, one count per virtual stage; empty: even
+  /// Without a manual cut: balance the stages by measured costs (measure_layer_costs, on rank
+  /// 0, broadcast) instead of counting blocks.
+  bool measured_partition = false;
   /// For tests only: false skips summing the tied embedding's gradient between the first and
   /// the last stage (the negative control of the equivalence tests).
   bool tie_embedding_gradients = true;
@@ -37,6 +40,17 @@ struct PipelineOptions {
 /// and the device is the CPU.
 void check_pipeline_layout(const io::RunConfig& config, int stages, const PipelineOptions& options,
                            int data_parallel = 1);
+
+/// Seconds of forward plus backward of each piece of the model on one micro-batch.
+struct LayerCosts {
+  double embed = 0;           ///< the embeddings
+  std::vector<double> blocks; ///< each block
+  double head = 0;            ///< ln_f, the tied logits and the cross-entropy
+};
+
+/// Times each piece of `trainer`'s model on `rows` rows of the first batch (the median of three
+/// runs after one warm-up). Changes no parameter (the gradients it leaves are cleared).
+LayerCosts measure_layer_costs(train::Trainer& trainer, std::int64_t rows);
 
 /// What one rank measured in the last step, per action: seconds since the trainer's origin,
 /// taken right after a barrier, so the ranks' times line up (steady_clock is system-wide on one
@@ -94,6 +108,8 @@ public:
 
   const Schedule& schedule() const { return schedule_; }
   const Partition& partition() const { return partition_; }
+  /// The costs the cut was balanced with (empty blocks unless measured_partition).
+  const LayerCosts& layer_costs() const { return layer_costs_; }
   /// This rank's actions of the last step, timed.
   const MeasuredStep& measured() const { return measured_; }
   /// Collective: the last step's bubble per rank, measured from every rank's timings, beside
@@ -122,6 +138,7 @@ private:
   PipelineOptions options_;
   Schedule schedule_;
   Partition partition_;
+  LayerCosts layer_costs_;
   int rank_ = 0;
   std::int64_t rows_ = 0;      ///< rows per micro-batch
   std::int64_t first_row_ = 0; ///< this pipeline's first row of the global batch

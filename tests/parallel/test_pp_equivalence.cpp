@@ -84,13 +84,18 @@ TEST_CASE("Every schedule with a MoE model whose aux and z-losses are added insi
   }
 }
 
-TEST_CASE("An uneven cut by hand and a balanced cut of 5 blocks over 2 and 4 stages equal one "
-          "rank",
+TEST_CASE("An uneven cut by hand, a cut from measured costs and a balanced cut of 5 blocks over "
+          "2 and 4 stages equal one rank",
           "[parallel][pp]") {
   const io::RunConfig config = pp_run_config(4, 5, false);
   SECTION("1,4 by hand") {
     pp::PipelineOptions o = schedule(pp::ScheduleKind::OneFOneB);
     o.blocks_per_stage = {1, 4};
+    require_equivalent(2, config, o);
+  }
+  SECTION("cut from measured costs, 2 stages") {
+    pp::PipelineOptions o = schedule(pp::ScheduleKind::OneFOneB);
+    o.measured_partition = true;
     require_equivalent(2, config, o);
   }
   SECTION("balanced over 4 stages") {

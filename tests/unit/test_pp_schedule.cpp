@@ -1,6 +1,7 @@
 // Chapter 06's schedules as data: every generated schedule validates, its simulated bubble with
 // unit costs equals THEORY.md sec. 1 exactly, its peak of micro-batches in flight is the
 // table's, and the validator names what is wrong with a broken one.
+#include "pp/partition.hpp"
 #include "pp/schedule.hpp"
 #include "pp/simulate.hpp"
 #include "pp/validate.hpp"
@@ -307,4 +308,38 @@ TEST_CASE("In the replay a receive waits for its send and its rank's clock jumps
                    Catch::Contains("deadlocks") &&
                        Catch::Contains("rank 0 at action 0 (recv grad 0) waits for rank 1's "
                                        "'send grad 0'"));
+}
+
+TEST_CASE("A batch-global auxiliary loss forces all-forward-all-backward: only GPipe validates, "
+          "and it holds all m micro-batches where 1F1B holds p",
+          "[unit][pp]") {
+  for (ScheduleKind kind :
+       {ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1, ScheduleKind::Interleaved}) {
+    Schedule s = make_schedule(kind, 4, 8, kind == ScheduleKind::Interleaved ? 2 : 1);
+    s.global_aux = true;
+    INFO(schedule_name(kind));
+    REQUIRE_TS_ERROR(validate(s), Catch::Contains("batch-global auxiliary loss"));
+  }
+  Schedule gpipe = make_schedule(ScheduleKind::GPipe, 4, 8);
+  gpipe.global_aux = true;
+  const Simulation forced = simulate(gpipe);
+  const Simulation ofob = simulate(make_schedule(ScheduleKind::OneFOneB, 4, 8));
+  CHECK(forced.mean_bubble() == ofob.mean_bubble()); // the same bubble...
+  CHECK(forced.max_peak_in_flight() == 8);           // ...at m micro-batches of activations
+  CHECK(ofob.max_peak_in_flight() == 4);             // instead of p
+}
+
+TEST_CASE("The balanced cut gives every stage a block, extra blocks to the earlier stages, and "
+          "fewer blocks to a stage that also runs expensive embeddings or a head",
+          "[unit][pp]") {
+  CHECK(balanced_partition(5, 2).describe() == "h.0-2 | h.3-4");
+  CHECK(balanced_partition(8, 4).describe() == "h.0-1 | h.2-3 | h.4-5 | h.6-7");
+  CHECK(balanced_partition(4, 4).describe() == "h.0 | h.1 | h.2 | h.3");
+  CHECK(balanced_partition(4, 2, {}, 3.0, 0.0).describe() == "h.0 | h.1-3");
+  CHECK(balanced_partition(4, 2, {}, 0.0, 3.0).describe() == "h.0-2 | h.3");
+  CHECK(balanced_partition(6, 3, {1, 1, 1, 1, 4, 1}).describe() == "h.0-3 | h.4 | h.5");
+  CHECK(manual_partition(5, 2, {1, 4}).describe() == "h.0 | h.1-4");
+  CHECK(parse_blocks_per_stage("3,2,2,3") == std::vector<int>{3, 2, 2, 3});
+  REQUIRE_TS_ERROR(parse_blocks_per_stage("3,x"), Catch::Contains("such as 3,2,2,3"));
+  REQUIRE_TS_ERROR(balanced_partition(3, 4), Catch::Contains("n_layer = 3"));
 }
