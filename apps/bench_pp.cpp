@@ -1,9 +1,8 @@
-// `tinyscale bench pp`: pipeline schedules measured (chapter 06). For each pipeline size p,
-// micro-batch count m and schedule: the bubble measured on every rank (min, median, max), the
-// simulator's prediction from the same steps' measured costs, the simulator's with equal F, B and
-// W, THEORY.md's formula, the peak activation memory (allocator) and the step time.
-// The easy thing to get wrong: comparing the measured bubble with the formula. The formula
-// assumes equal stages and F = B = W; the simulator with measured costs is the fair prediction.
+// `tinyscale bench pp` (chapter 06): per pipeline size, micro-batch count and schedule, the bubble
+// measured on every rank beside the simulator's (measured costs, and F = B = W), the formula, the
+// step's memory peak and the step time. The easy thing to get wrong: comparing the measured
+// bubble with the formula, which assumes equal stages and F = B = W; the simulator with the
+// measured costs is the fair prediction.
 #include "bench_ranks.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
@@ -37,6 +36,7 @@ struct Row {
   double unit = 0;                  ///< the simulator's mean bubble with F = B = W = 1
   double formula = -1;              ///< -1: none (ZB-H1 with m < p)
   std::int64_t activation_peak = 0; ///< bytes, the largest over ranks (last timed step)
+  std::int64_t gradients = 0;       ///< bytes of parameter gradients, the largest over ranks
   double step_s = 0;                ///< median over timed steps
 };
 
@@ -68,8 +68,9 @@ void measure(comm::Communicator& world, io::RunConfig config, pp::ScheduleKind k
           report.simulated[static_cast<std::size_t>(i)]);
     }
   }
-  double peak = static_cast<double>(trainer.measured().activation_peak);
-  world.all_reduce(&peak, &peak, 1, DType::Float64, comm::ReduceOp::Max);
+  double peak[2] = {static_cast<double>(trainer.measured().activation_peak),
+                    static_cast<double>(trainer.measured().gradient_bytes)};
+  world.all_reduce(peak, peak, 2, DType::Float64, comm::ReduceOp::Max);
   if (world.rank() != 0) return;
   Row row;
   row.p = p, row.m = m, row.v = options.chunks, row.schedule = pp::schedule_name(kind);
@@ -80,7 +81,8 @@ void measure(comm::Communicator& world, io::RunConfig config, pp::ScheduleKind k
   row.unit = pp::simulate(trainer.schedule()).mean_bubble();
   if (kind != pp::ScheduleKind::ZeroBubbleH1 || m >= p)
     row.formula = pp::bubble_formula(kind, p, m, options.chunks);
-  row.activation_peak = static_cast<std::int64_t>(peak);
+  row.activation_peak = static_cast<std::int64_t>(peak[0]);
+  row.gradients = static_cast<std::int64_t>(peak[1]);
   row.step_s = median(times);
   rows.push_back(row);
 }
@@ -104,15 +106,18 @@ bool runs(pp::ScheduleKind kind, int p, int m, const io::RunConfig& config,
 
 void print_table(const std::vector<Row>& rows) {
   std::printf("| p | m | schedule | v | bubble measured min / median / max | simulated, measured "
-              "costs | simulated, F = B = W | formula | activation peak KiB | step ms |\n"
+              "costs | simulated, F = B = W | formula | step memory peak KiB (gradients) | step "
+              "ms |\n"
               "|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const auto [lo, hi] = std::minmax_element(r.measured.begin(), r.measured.end());
     char formula[16] = "-";
     if (r.formula >= 0) std::snprintf(formula, sizeof formula, "%.3f", r.formula);
-    std::printf("| %d | %d | %s | %d | %.3f / %.3f / %.3f | %.3f | %.3f | %s | %.0f | %.1f |\n",
-                r.p, r.m, r.schedule.c_str(), r.v, *lo, median(r.measured), *hi, mean(r.simulated),
-                r.unit, formula, static_cast<double>(r.activation_peak) / 1024, r.step_s * 1e3);
+    std::printf(
+        "| %d | %d | %s | %d | %.3f / %.3f / %.3f | %.3f | %.3f | %s | %.0f (%.0f) | %.1f |\n", r.p,
+        r.m, r.schedule.c_str(), r.v, *lo, median(r.measured), *hi, mean(r.simulated), r.unit,
+        formula, static_cast<double>(r.activation_peak) / 1024,
+        static_cast<double>(r.gradients) / 1024, r.step_s * 1e3);
   }
 }
 
@@ -160,7 +165,8 @@ void write_json(const std::string& path, const std::string& command, const std::
          {"activation_peak_bytes", r.activation_peak},
          {"step_ms", r.step_s * 1e3}});
   std::ofstream file(path);
-  TS_CHECK(file.good(), "bench pp: cannot write --json file ", path);
+  TS_CHECK(file.good(), "bench pp: cannot write --json file ", path,
+           "; check that its directory exists and is writable");
   file << out.dump(1) << "\n";
 }
 
@@ -179,7 +185,9 @@ void run_bench_pp(const BenchPpOptions& opt) {
   auto header = [&](int world_size) {
     std::printf("command: %s\nmachine: %s, %u hardware threads\nmodel: %lld layers, d_model %lld "
                 "| batch %lld x %lld tokens | bubble: idle over the step's makespan per rank, "
-                "median over %lld timed steps; step ms: the makespan\n\n",
+                "median over %lld timed steps; memory: the most bytes a rank allocated in the step "
+                "(activations, received tensors and the parameter gradients, shown apart); step "
+                "ms: the makespan\n\n",
                 ranked_bench_command("pp", opt, backend, world_size, extra).c_str(),
                 metrics::cpu_model_name().c_str(), std::thread::hardware_concurrency(),
                 static_cast<long long>(config.model.n_layer),

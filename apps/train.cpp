@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -483,6 +484,14 @@ void run_zero_rank(const TrainOptions& opt, const io::RunConfig& config,
               kib(f.gradients), kib(f.optimizer), kib(sent_formula));
 }
 
+// "0.273", or "-" where the formula does not apply (NaN)
+std::string formula_text(double formula) {
+  if (std::isnan(formula)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", formula);
+  return buf;
+}
+
 void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Communicator& world) {
   const int dp = std::max(1, opt.dp);
   TS_CHECK(world.size() == opt.pp * dp, "train: expected ", opt.pp * dp,
@@ -540,8 +549,8 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
                   {"bubble_simulated", bubble.simulated},
                   {"bubble_formula", bubble.formula}};
     char buf[120];
-    std::snprintf(buf, sizeof buf, " | bubble %.3f (simulated %.3f, formula %.3f)", mean, simulated,
-                  bubble.formula);
+    std::snprintf(buf, sizeof buf, " | bubble %.3f (simulated %.3f, formula %s)", mean, simulated,
+                  formula_text(bubble.formula).c_str());
     text += buf;
   };
   run_loop(opt, config, trainer, step, root, world.size(), annotate);
@@ -562,8 +571,8 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
               1e3 * bubble.makespan, 1e3 * bubble.mean_costs.forward,
               1e3 * bubble.mean_costs.backward_input, 1e3 * bubble.mean_costs.backward_weight);
   for (std::size_t r = 0; r < bubble.measured.size(); ++r)
-    std::printf("| %zu | %.3f | %.3f | %.3f |\n", r, bubble.measured[r], bubble.simulated[r],
-                bubble.formula);
+    std::printf("| %zu | %.3f | %.3f | %s |\n", r, bubble.measured[r], bubble.simulated[r],
+                formula_text(bubble.formula).c_str());
 }
 
 void run_train(const TrainOptions& opt) {
@@ -582,6 +591,10 @@ void run_train(const TrainOptions& opt) {
            "parallelism) comes with chapter 10; run --ep inside data parallelism (--dp) only");
   TS_CHECK(opt.zero == 0 || (opt.tp == 1 && opt.ep == 1), "train: --zero with --tp or --ep ",
            "comes with chapter 10; run --zero over data parallelism (--dp) only");
+  TS_CHECK(opt.pp > 1 || (opt.schedule == "1f1b" && opt.chunks == 1 && opt.pp_blocks.empty()),
+           "train: --schedule, --chunks and --pp-blocks cut the model into pipeline stages; they "
+           "need --pp 2 or more, found --pp ",
+           opt.pp);
   TS_CHECK(opt.pp == 1 || (opt.tp == 1 && opt.ep == 1 && opt.zero == 0),
            "train: --pp with --tp, --ep or --zero comes with chapter 10; run --pp alone or with "
            "--dp");

@@ -33,7 +33,7 @@ Partition balanced_partition(int n_layer, int stages, const std::vector<double>&
   check_stages(n_layer, stages);
   TS_CHECK(block_costs.empty() || static_cast<int>(block_costs.size()) == n_layer,
            "pipeline partition: expected one cost per block (", n_layer, "), found ",
-           block_costs.size());
+           block_costs.size(), "; pass a cost for every block, or none for equal costs");
   std::vector<double> prefix(static_cast<std::size_t>(n_layer) + 1, 0.0);
   for (int i = 0; i < n_layer; ++i)
     prefix[static_cast<std::size_t>(i) + 1] =
@@ -84,7 +84,8 @@ Partition manual_partition(int n_layer, int stages, const std::vector<int>& bloc
     p.first.push_back(p.first.back() + count);
   }
   TS_CHECK(p.first.back() == n_layer, "pipeline partition: the block counts add up to ",
-           p.first.back(), ", but the model has n_layer = ", n_layer);
+           p.first.back(), ", but the model has n_layer = ", n_layer,
+           "; give counts that add up to ", n_layer);
   return p;
 }
 

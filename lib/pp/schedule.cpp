@@ -58,7 +58,10 @@ void check_schedule_shape(ScheduleKind kind, int stages, int micro_batches, int 
   TS_CHECK(chunks == 1 || kind == ScheduleKind::Interleaved, what, "found ", chunks,
            " chunks per rank; only the interleaved schedule runs more than one (use "
            "--schedule interleaved, or 1 chunk)");
-  if (kind == ScheduleKind::Interleaved && chunks > 1 && micro_batches % stages != 0) {
+  TS_CHECK(chunks >= 2 || kind != ScheduleKind::Interleaved, what,
+           "expected 2 or more chunks per rank (--chunks), found ", chunks,
+           "; with one chunk the schedule is 1f1b: use --schedule 1f1b");
+  if (kind == ScheduleKind::Interleaved && micro_batches % stages != 0) {
     const int below = micro_batches / stages * stages, above = below + stages;
     throw Error(detail::concat(
         what, "with ", chunks, " chunks the micro-batches go round the ranks in groups of p = ",
@@ -154,8 +157,8 @@ void add_communication(Schedule& s) {
 std::vector<Action> compute_actions(ScheduleKind kind, int stages, int micro_batches, int chunks,
                                     int rank) {
   check_schedule_shape(kind, stages, micro_batches, chunks);
-  TS_CHECK(rank >= 0 && rank < stages, "pipeline schedule: rank ", rank, " is outside [0, ", stages,
-           ")");
+  TS_CHECK(rank >= 0 && rank < stages, "pipeline schedule: expected a rank in [0, ", stages,
+           "), found ", rank, "; pass a rank of the pipeline");
   switch (kind) {
   case ScheduleKind::GPipe: return gpipe(micro_batches);
   case ScheduleKind::OneFOneB: return one_f_one_b(stages, micro_batches, rank, false);

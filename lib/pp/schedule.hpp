@@ -1,9 +1,8 @@
-// Pipeline schedules as data (chapter 06): for each of the p ranks, the ordered list of what it
-// does for one step: forward, backward (whole, or split into input-gradient B and weight-gradient
-// W), the sends and receives of activations and gradients, and the optimizer step. The validator,
-// the simulator and the executor all read this one value. The easy thing to get wrong: which
-// virtual stage a (rank, chunk) holds. With v chunks per rank, chunk c of rank r is virtual stage
-// c p + r (Megatron's interleaving), so a micro-batch visits every rank v times.
+// Pipeline schedules as data (chapter 06): for each rank, the ordered list of what it does in one
+// step (forward, backward or its B and W halves, sends, receives, the optimizer step), read by
+// the validator, the simulator and the executor alike. The easy thing to get wrong: which
+// virtual stage a (rank, chunk) holds. Chunk c of rank r is virtual stage c p + r (Megatron's
+// interleaving), so a micro-batch visits every rank v times.
 #pragma once
 
 #include <cstdint>

@@ -229,7 +229,7 @@ void PipelineTrainer::run_action(const Action& a, std::vector<MicroBatchState>& 
   MicroBatchState& st = states[static_cast<std::size_t>(a.chunk * m + a.micro_batch)];
   const train::TrainConfig& t = trainer_.config().train;
   const Shape shape({rows_, t.seq_len, trainer_.config().model.n_embd});
-  const DType dtype = trainer_.config().model.dtype;
+  const DType compute_dtype = trainer_.config().model.compute_dtype(); // what activations are
   // the state of the same micro-batch on virtual stage v+1 when that stage is on this rank
   const auto local_next = [&]() -> MicroBatchState* {
     if (v == last || schedule_.rank_of(v + 1) != rank_) return nullptr;
@@ -249,14 +249,15 @@ void PipelineTrainer::run_action(const Action& a, std::vector<MicroBatchState>& 
     break;
   case ActionKind::SendGradient:
     sends.push_back(comm::isend(*group_, st.input_grad, schedule_.rank_of(v - 1), tag(a, true)));
+    st.input = st.input_grad = Tensor(); // the send holds its own reference until it completes
     break;
   case ActionKind::RecvActivation:
-    st.input = Tensor::empty(shape, dtype);
+    st.input = Tensor::empty(shape, compute_dtype);
     comm::recv(*group_, st.input, schedule_.rank_of(v - 1), tag(a, false));
     st.input.set_requires_grad(true);
     break;
   case ActionKind::RecvGradient:
-    st.grad_output = Tensor::empty(shape, dtype);
+    st.grad_output = Tensor::empty(shape, compute_dtype);
     comm::recv(*group_, st.grad_output, schedule_.rank_of(v + 1), tag(a, true));
     break;
   case ActionKind::OptimizerStep:
@@ -284,11 +285,19 @@ train::StepResult PipelineTrainer::train_step() {
     if (a.kind == ActionKind::OptimizerStep) {
       run_action(a, states, sends, r);
       measured_.activation_peak = activations_.peak_bytes() - before;
+      for (const nn::NamedParameter& p : trainer_.model().parameters())
+        if (p.tensor.grad().defined())
+          measured_.gradient_bytes +=
+              p.tensor.grad().numel() * static_cast<std::int64_t>(dtype_size(p.tensor.dtype()));
       finish_step(r, start);
     } else {
       CountAllocations count(activations_);
       run_action(a, states, sends, r);
     }
+    // forget the sends that have finished (their tensors with them)
+    sends.erase(std::remove_if(sends.begin(), sends.end(),
+                               [](comm::WorkHandle& w) { return w->is_completed(); }),
+                sends.end());
     const auto end = std::chrono::steady_clock::now();
     measured_.actions.push_back({a, seconds(begin), seconds(end)});
     const bool compute = a.kind <= ActionKind::BackwardWeight;
@@ -425,8 +434,12 @@ BubbleReport PipelineTrainer::bubble_report() {
   const Simulation sim = simulate(schedule_, costs);
   out.simulated = sim.bubble;
   out.simulated_makespan = sim.makespan;
-  out.formula = bubble_formula(options_.schedule, schedule_.stages, schedule_.micro_batches,
-                               schedule_.chunks);
+  // ZB-H1's formula needs m >= p (NaN: none)
+  out.formula =
+      options_.schedule == ScheduleKind::ZeroBubbleH1 && schedule_.micro_batches < schedule_.stages
+          ? std::nan("")
+          : bubble_formula(options_.schedule, schedule_.stages, schedule_.micro_batches,
+                           schedule_.chunks);
   return out;
 }
 
@@ -447,10 +460,6 @@ nn::ParameterList PipelineTrainer::gathered_parameters() {
   }
   return out;
 }
-
-} // namespace tinyscale::pp
-
-namespace tinyscale::pp {
 
 std::string PipelineTrainer::save_checkpoint() {
   throw Error("pipeline: this version does not write checkpoints of a pipeline run (each rank "

@@ -1,10 +1,8 @@
-// The pipeline executor (chapter 06): one rank of a pipeline runs its list of actions from a
-// Schedule for real. Its stages are cut from the full model (pp/partition.hpp); activations and
-// their gradients travel by send/recv between neighbouring stages; the tied embedding's gradient
-// is summed between the first and the last stage before the optimizer step.
+// The pipeline executor (chapter 06): one rank runs its list of actions from a Schedule for real,
+// on stages cut from the model, with activations and gradients sent between neighbours.
 // The easy thing to get wrong: each stage's backward needs one root. The last stage's is its
-// loss; every other stage's is <y, dL/dy> plus its own MoE auxiliary losses, added per
-// micro-batch (no flush), so every parameter gets exactly the gradient one rank would give it.
+// loss; any other's is <y, dL/dy> plus its own MoE auxiliary losses, added per micro-batch (no
+// flush), so every parameter gets exactly the gradient one rank would give it.
 #pragma once
 
 #include "backend/memory_counter.hpp"
@@ -59,8 +57,10 @@ struct MeasuredStep {
   std::vector<TimedAction> actions; ///< this rank's actions with their start and end
   double busy = 0;                  ///< seconds of forward and backward compute
   /// The most bytes this rank's step held at once beyond what it held before the step, counted
-  /// by the allocator: activations saved for backward, received inputs and gradients.
+  /// by the allocator: activations saved for backward, received inputs and gradients, and the
+  /// parameter gradients the backward allocates (gradient_bytes of them by the end).
   std::int64_t activation_peak = 0;
+  std::int64_t gradient_bytes = 0; ///< this rank's parameter gradients at the end of the step
 };
 
 /// The bubble of the last step, measured and predicted, for every rank of the pipeline.
@@ -68,7 +68,8 @@ struct BubbleReport {
   std::vector<double> measured;  ///< per rank: 1 - busy / the step's makespan over all ranks
   std::vector<double> simulated; ///< per rank: the simulator's, each stage costing its rank's
                                  ///< measured mean F, B and W
-  double formula = 0;            ///< THEORY.md sec. 1 with unit costs (pp/simulate.hpp)
+  double formula =
+      0; ///< THEORY.md sec. 1 with unit costs (pp/simulate.hpp); NaN: none (ZB-H1, m < p)
   double makespan = 0;           ///< seconds from the first action's start to the last's end
   double simulated_makespan = 0; ///< the simulator's, with the measured mean costs
   StageCosts mean_costs;         ///< the measured mean F, B and W over every stage

@@ -62,7 +62,8 @@ void check_structure(const Schedule& s) {
                         : a.kind == ActionKind::BackwardWeight ? &c.weight
                                                                : nullptr;
       if (n == nullptr) continue;
-      TS_CHECK(*n == 0, where(k), "micro-batch ", a.micro_batch, " runs this action twice");
+      TS_CHECK(*n == 0, where(k), "micro-batch ", a.micro_batch,
+               " runs this action a second time; expected it once: remove the repeat");
       *n = 1;
     }
   }

@@ -1,9 +1,8 @@
-// The schedule validator (chapter 06): a schedule is checked before it is simulated or run.
-// Structure first (every micro-batch has exactly one forward and one backward, or one B and one
-// W, on the rank that holds its stage; each rank ends with its optimizer step), then a replay in
-// which sends never block and a receive waits for its send (the simulator's walk, without times).
-// The easy thing to get wrong: a deadlock is a cycle of waits across ranks, so the error names
-// every rank that is stuck, its action, and what it waits for.
+// The schedule validator (chapter 06): structure first (one forward and one backward, or B and W,
+// per micro-batch and stage; the optimizer step last), then the simulator's replay without times,
+// in which sends never block and a receive waits for its send. The easy thing to get wrong: a
+// deadlock is a cycle of waits across ranks, so the error names every stuck rank, its action and
+// what it waits for.
 #pragma once
 
 #include "pp/schedule.hpp"

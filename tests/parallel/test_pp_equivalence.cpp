@@ -62,8 +62,15 @@ TEST_CASE("GPipe, 1F1B and ZB-H1 at pp 2 and 4 with m = 1..8 equal one rank: los
         }
 }
 
-TEST_CASE("Interleaved 1F1B with 2 chunks per rank equals one rank (fp32, rel 1e-5)",
+TEST_CASE("Interleaved 1F1B with 2 chunks per rank equals one rank, also at pp 1 where the two "
+          "chunks hand over on one rank (fp32, rel 1e-5)",
           "[parallel][pp]") {
+  // (dense: with the MoE model this case ends 1.1e-5 from one rank after one step although the
+  // first step's gradients agree to 6e-8; Adam's first step is lr x sign(g), and rounding flips
+  // the sign of a gradient element near zero. Measured while writing this test.)
+  SECTION("p = 1, v = 2, m = 3, dense") {
+    require_equivalent(1, pp_run_config(3, 2, false), schedule(pp::ScheduleKind::Interleaved, 2));
+  }
   for (int p : {2, 4})
     for (int m = p; m <= 8; m += p) DYNAMIC_SECTION("p = " << p << ", m = " << m) {
         require_equivalent(p, pp_run_config(m, 2 * p, false),
@@ -97,6 +104,20 @@ TEST_CASE("An uneven cut by hand, a cut from measured costs and a balanced cut o
     pp::PipelineOptions o = schedule(pp::ScheduleKind::OneFOneB);
     o.measured_partition = true;
     require_equivalent(2, config, o);
+    // the cut came from numbers every rank agrees on, one per block
+    std::vector<pp::LayerCosts> costs(2);
+    comm::run_threads(
+        2,
+        [&](comm::Communicator& world) {
+          pp::PipelineTrainer t(config, world, o);
+          costs[static_cast<std::size_t>(world.rank())] = t.layer_costs();
+        },
+        comm::testing::test_options(std::chrono::seconds(60)));
+    REQUIRE(costs[0].blocks.size() == 5);
+    for (double c : costs[0].blocks) CHECK(c > 0);
+    CHECK(costs[0].embed > 0);
+    CHECK(costs[0].head > 0);
+    CHECK(costs[1].blocks == costs[0].blocks);
   }
   SECTION("balanced over 4 stages") {
     require_equivalent(4, config, schedule(pp::ScheduleKind::OneFOneB));
@@ -143,8 +164,7 @@ TEST_CASE("PP x DP 2 x 2 equals one rank with every schedule, dense and MoE (fp3
               pp_dp_run(world, 2, config, schedule(pp::ScheduleKind::Interleaved, 2));
         },
         comm::testing::test_options(std::chrono::seconds(60)));
-    REQUIRE(compare_runs(want, records[0], kTolerance) == "");
-    REQUIRE(compare_runs(want, records[3], kTolerance) == "");
+    for (const RunRecord& got : records) REQUIRE(compare_runs(want, got, kTolerance) == "");
   }
 }
 

@@ -40,10 +40,10 @@ TEST_CASE("GPipe and 1F1B bubble equals (p-1)/(m+p-1) and the makespan (m+p-1)(F
 }
 
 TEST_CASE("Interleaved 1F1B bubble equals (p-1)/(vm+p-1) for unit costs per chunk, p 1..8, "
-          "v 1..4, m a multiple of p up to 32",
+          "v 2..4 (v = 1 is 1F1B), m a multiple of p up to 32",
           "[unit][pp]") {
   for (int p = 1; p <= 8; ++p)
-    for (int v = 1; v <= 4; ++v)
+    for (int v = 2; v <= 4; ++v)
       for (int m = p; m <= 32; m += p) {
         const Simulation sim = simulate(make_schedule(ScheduleKind::Interleaved, p, m, v));
         INFO("p = " << p << ", v = " << v << ", m = " << m << ": makespan " << sim.makespan
@@ -150,6 +150,13 @@ TEST_CASE("The validator accepts every generated schedule and names a broken one
                                       Catch::Contains("rank 1 at action 0 (recv act 0) waits for "
                                                       "rank 0's 'send act 0'"));
   }
+  SECTION("a receive repeated") {
+    Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+    auto recv = find(s, 1, {ActionKind::RecvActivation, 0, 0});
+    s.ranks[1].insert(recv + 1, *recv);
+    REQUIRE_TS_ERROR(validate(s), Catch::Contains("rank 1 at action 1 (recv act 0) receives a "
+                                                  "second time"));
+  }
   SECTION("a receive removed, an optimizer step repeated") {
     Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
     s.ranks[1].erase(find(s, 1, {ActionKind::RecvActivation, 0, 1}));
@@ -172,6 +179,9 @@ TEST_CASE("A schedule that cannot run the shape asked for is refused, naming the
                    Catch::Contains("must be a multiple of 4; found 6 (use 4 or 8)"));
   REQUIRE_TS_ERROR(make_schedule(ScheduleKind::OneFOneB, 4, 8, 2),
                    Catch::Contains("only the interleaved schedule"));
+  REQUIRE_TS_ERROR(make_schedule(ScheduleKind::Interleaved, 4, 8, 1),
+                   Catch::Contains("expected 2 or more chunks per rank") &&
+                       Catch::Contains("use --schedule 1f1b"));
   REQUIRE_TS_ERROR(make_schedule(ScheduleKind::GPipe, 4, 0), Catch::Contains("at least 1 micro"));
   REQUIRE_TS_ERROR(parse_schedule("1f2b"), Catch::Contains("gpipe, 1f1b, interleaved, zb-h1"));
   CHECK(parse_schedule("zb-h1") == ScheduleKind::ZeroBubbleH1);

@@ -64,7 +64,8 @@ public:
     if (record) out_.timeline.resize(pc_.size());
     for (const StageCosts& c : costs.stages)
       TS_CHECK(c.forward >= 0 && c.backward_input >= 0 && c.backward_weight >= 0,
-               "pipeline simulator: costs must not be negative");
+               "pipeline simulator: expected costs >= 0, found F ", c.forward, ", B ",
+               c.backward_input, ", W ", c.backward_weight, "; time cannot run backwards");
     TS_CHECK(costs.stages.empty() || costs.stages.size() == 1 ||
                  static_cast<int>(costs.stages.size()) == s.virtual_stages(),
              "pipeline simulator: expected costs for 1 or ", s.virtual_stages(),
@@ -187,7 +188,11 @@ private:
         const int from = act ? v - 1 : v + 1;
         TS_CHECK(from >= 0 && from <= last_ && s_.rank_of(from) != r, "pipeline schedule '",
                  s_.name, "': ", where(r), " receives from virtual stage ", from, ", which ",
-                 (from < 0 || from > last_ ? "does not exist" : "is on this rank"));
+                 (from < 0 || from > last_ ? "does not exist" : "is on this rank"),
+                 "; receive only from the neighbouring stage on another rank");
+        TS_CHECK(!(d & (act ? kActReceived : kGradReceived)), "pipeline schedule '", s_.name,
+                 "': ", where(r), " receives a second time what it has already received; ",
+                 "expected one receive per message: remove the repeated one");
         // EXERCISE 6.3 begin: a receive waits for its send, then takes its arrival time
         ::tinyscale::exercise_not_done("6.3", "ex06", __FILE__);
         // EXERCISE 6.3 end
@@ -216,7 +221,9 @@ private:
     TS_CHECK(to >= 0 && to <= last_ && s_.rank_of(to) != r, "pipeline schedule '", s_.name,
              "': ", where(r), " sends its ", what, " to virtual stage ", to, ", which ",
              (to < 0 || to > last_ ? "does not exist" : "is on this rank"));
-    TS_CHECK(!(d & bit), "pipeline schedule '", s_.name, "': ", where(r), " sends twice");
+    TS_CHECK(!(d & bit), "pipeline schedule '", s_.name, "': ", where(r),
+             " sends a second time what it has already sent; expected one send per message: "
+             "remove the repeated one");
     arrival = clock_[static_cast<std::size_t>(r)] + costs_.p2p;
     d |= bit;
     const int peer = s_.rank_of(to);
