@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 using namespace tinyscale;
 using namespace tinyscale::test;
 
@@ -23,14 +25,21 @@ pp::PipelineOptions schedule(pp::ScheduleKind kind, int chunks = 1) {
   return o;
 }
 
-RunRecord threads_pp_run(int p, const io::RunConfig& config, const pp::PipelineOptions& options) {
-  std::vector<RunRecord> records(static_cast<std::size_t>(p));
+// Runs `body` on `n` thread ranks; what each rank returned, in rank order.
+std::vector<RunRecord> on_ranks(int n, const std::function<RunRecord(comm::Communicator&)>& body) {
+  std::vector<RunRecord> records(static_cast<std::size_t>(n));
   comm::run_threads(
-      p,
+      n,
       [&](comm::Communicator& world) {
-        records[static_cast<std::size_t>(world.rank())] = pp_run(world, config, options);
+        records[static_cast<std::size_t>(world.rank())] = body(world);
       },
       comm::testing::test_options(std::chrono::seconds(60)));
+  return records;
+}
+
+RunRecord threads_pp_run(int p, const io::RunConfig& config, const pp::PipelineOptions& options) {
+  const std::vector<RunRecord> records =
+      on_ranks(p, [&](comm::Communicator& world) { return pp_run(world, config, options); });
   for (int r = 1; r < p; ++r) {
     INFO("rank " << r << " against rank 0");
     REQUIRE(compare_runs(records[0], records[static_cast<std::size_t>(r)], 0.0) == "");
@@ -136,14 +145,9 @@ TEST_CASE("PP x DP 2 x 2 equals one rank with every schedule, dense and MoE (fp3
         io::RunConfig reference = config;
         reference.train.micro_batches = 6; // one rank: the same 6 micro-batches of 1 row
         const RunRecord want = reference_run(reference, 1);
-        std::vector<RunRecord> records(4);
-        comm::run_threads(
-            4,
-            [&](comm::Communicator& world) {
-              records[static_cast<std::size_t>(world.rank())] =
-                  pp_dp_run(world, 2, config, schedule(kind));
-            },
-            comm::testing::test_options(std::chrono::seconds(60)));
+        const std::vector<RunRecord> records = on_ranks(4, [&](comm::Communicator& world) {
+          return pp_dp_run(world, 2, config, schedule(kind));
+        });
         for (int r = 0; r < 4; ++r) {
           INFO("rank " << r << ": worst relative error "
                        << worst_error(want, records[static_cast<std::size_t>(r)]));
@@ -156,14 +160,9 @@ TEST_CASE("PP x DP 2 x 2 equals one rank with every schedule, dense and MoE (fp3
     io::RunConfig reference = config;
     reference.train.micro_batches = 4;
     const RunRecord want = reference_run(reference, 1);
-    std::vector<RunRecord> records(4);
-    comm::run_threads(
-        4,
-        [&](comm::Communicator& world) {
-          records[static_cast<std::size_t>(world.rank())] =
-              pp_dp_run(world, 2, config, schedule(pp::ScheduleKind::Interleaved, 2));
-        },
-        comm::testing::test_options(std::chrono::seconds(60)));
+    const std::vector<RunRecord> records = on_ranks(4, [&](comm::Communicator& world) {
+      return pp_dp_run(world, 2, config, schedule(pp::ScheduleKind::Interleaved, 2));
+    });
     for (const RunRecord& got : records) REQUIRE(compare_runs(want, got, kTolerance) == "");
   }
 }
@@ -175,13 +174,8 @@ TEST_CASE("Negative control: the tied embedding's gradient not summed between th
   pp::PipelineOptions o = schedule(pp::ScheduleKind::OneFOneB);
   o.tie_embedding_gradients = false;
   const RunRecord want = reference_run(config, 1);
-  std::vector<RunRecord> records(2);
-  comm::run_threads(
-      2,
-      [&](comm::Communicator& world) {
-        records[static_cast<std::size_t>(world.rank())] = pp_run(world, config, o);
-      },
-      comm::testing::test_options(std::chrono::seconds(60)));
+  const std::vector<RunRecord> records =
+      on_ranks(2, [&](comm::Communicator& world) { return pp_run(world, config, o); });
   INFO("worst relative error " << worst_error(want, records[0]));
   CHECK(worst_error(want, records[0]) > 100 * kTolerance);
   CHECK_FALSE(compare_runs(want, records[0], kTolerance).empty());
