@@ -10,8 +10,11 @@
 #include "commands.hpp"
 #include "dp/trainer.hpp"
 #include "ep/trainer.hpp"
+#include "fourd/stages.hpp"
 #include "io/config.hpp"
 #include "mesh/mesh.hpp"
+#include "mesh/placement.hpp"
+#include "mesh/topology.hpp"
 #include "metrics/mfu.hpp"
 #include "metrics/progress.hpp"
 #include "metrics/trace.hpp"
@@ -56,7 +59,9 @@ struct TrainOptions {
   int pp = 1; // pipeline ranks (chapter 06); > 1 runs pp::PipelineTrainer
   std::string schedule = "1f1b";
   int chunks = 1;
-  std::string pp_blocks; // a manual cut, "3,2,2,3"; empty: balanced
+  std::string pp_blocks;                // a manual cut, "3,2,2,3"; empty: balanced
+  std::string order = "tp-cp-ep-dp-pp"; // the composed mesh's rank order (chapter 10)
+  std::string topology;                 // a topology file: print the placement report
   std::string backend = "auto";
   std::int64_t bucket_kb = 256;
   bool no_overlap = false;
@@ -575,6 +580,90 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
                 formula_text(bubble.formula).c_str());
 }
 
+// Whether a run needs chapter 10's composition: more than one of tp, pp, ep and zero (with dp),
+// or an explicit rank order. The single-axis runs keep their own chapters' trainers.
+bool composed(const TrainOptions& opt) {
+  const int axes = (opt.tp > 1) + (opt.pp > 1) + (opt.ep > 1) + (opt.zero > 0);
+  return axes > 1 || opt.order != "tp-cp-ep-dp-pp" || !opt.topology.empty();
+}
+
+// One rank of a composed run (chapter 10): dp x tp x pp x ep on one mesh, ZeRO-1 optional. The
+// stages are chapter 06's executor; each stage is tensor-parallel (05) with expert-parallel MoE
+// layers (08); --dp counts the ranks that each run their own rows, ep among them (08's rule),
+// so the mesh's dp axis is dp / ep and the world is dp x tp x pp.
+void run_mesh_rank(const TrainOptions& opt, const io::RunConfig& config,
+                   comm::Communicator& world) {
+  const int D = opt.dp > 0 ? opt.dp : std::max(1, world.size() / (opt.tp * opt.pp));
+  TS_CHECK(world.size() == D * opt.tp * opt.pp, "train: expected dp x tp x pp = ", D, " x ", opt.tp,
+           " x ", opt.pp, " = ", D * opt.tp * opt.pp, " ranks, found a world of ", world.size(),
+           " (under mpirun, -np must equal --dp x --tp x --pp; --ep divides --dp)");
+  TS_CHECK(D % opt.ep == 0, "train: --ep ", opt.ep, " must divide the data-parallel ranks --dp ", D,
+           " (experts are spread over ep of the ranks that run their own rows)");
+  TS_CHECK(config.train.checkpoint_every == 0 && opt.resume.empty() && !opt.resume_latest,
+           "train: this version does not checkpoint or resume a composed run; set ",
+           "train.checkpoint_every = 0 and leave --resume out");
+  if (opt.ep > 1) ep::check_ep_layout(config, D, opt.ep);
+  tp::check_tp_layout(config.model, config.train.seq_len, opt.tp, opt.sequence_parallel);
+  pp::PipelineOptions options;
+  options.schedule = opt.pp > 1 ? pp::parse_schedule(opt.schedule) : pp::ScheduleKind::GPipe;
+  options.chunks = opt.chunks;
+  options.zero = opt.zero;
+  if (!opt.pp_blocks.empty()) options.blocks_per_stage = pp::parse_blocks_per_stage(opt.pp_blocks);
+  pp::check_pipeline_layout(config, opt.pp, options, D);
+  const mesh::MeshLayout layout(mesh::MeshShape{D / opt.ep, opt.tp, opt.pp, opt.ep, 1}, opt.order);
+  mesh::Mesh mesh(world, layout);
+  fourd::MeshAxes axes;
+  axes.tp = &mesh.group(mesh::Axis::Tp);
+  axes.sequence_parallel = opt.sequence_parallel;
+  if (opt.ep > 1) {
+    axes.ep = &mesh.group(mesh::Axis::Ep);
+    axes.expert_data_parallel = &mesh.group("dp x cp");
+    axes.placement = ep::parse_placement(opt.ep_placement);
+    axes.capacity = ep::parse_capacity_scope(opt.ep_capacity);
+  }
+  auto model = std::make_unique<fourd::MeshStages>(config, axes);
+  pp::PipelineTrainer trainer(config, mesh.group(mesh::Axis::Pp), options, nullptr,
+                              &mesh.group("dp x cp x ep"), std::move(model));
+  const bool root = world.rank() == 0;
+  if (root) {
+    std::printf("composed: %s, %s | dp %d (ep %d inside) x tp %d%s x pp %d (%s) | zero %d | %lld "
+                "micro-batches of %lld rows per pipeline | stages %s\n",
+                layout.describe().c_str(), world.backend(), D, opt.ep, opt.tp,
+                opt.sequence_parallel ? " with sp" : "", opt.pp,
+                opt.pp > 1 ? opt.schedule.c_str() : "one stage", opt.zero,
+                static_cast<long long>(config.train.micro_batches),
+                static_cast<long long>(config.train.batch_size / (D * config.train.micro_batches)),
+                trainer.partition().describe().c_str());
+    if (!opt.topology.empty()) {
+      const mesh::Topology topology = mesh::load_topology(opt.topology);
+      std::printf(
+          "%s", mesh::format_placement(mesh::place(layout, topology, 256.0 * 1024 * 1024), topology)
+                    .c_str());
+    }
+  }
+  std::int64_t state = 0;
+  auto step = [&] {
+    train::StepResult r = trainer.train_step();
+    state = trainer.optimizer_state_bytes();
+    return r;
+  };
+  auto annotate = [&](const train::StepResult&, nlohmann::json& line, std::string& text) {
+    line["mesh"] = {{"order", opt.order},
+                    {"dp", D},
+                    {"tp", opt.tp},
+                    {"pp", opt.pp},
+                    {"ep", opt.ep},
+                    {"zero", opt.zero},
+                    {"sp", opt.sequence_parallel},
+                    {"optimizer_bytes_rank0", state}};
+    char buf[80];
+    std::snprintf(buf, sizeof buf, " | AdamW state %.0f KiB (rank 0)",
+                  static_cast<double>(state) / 1024.0);
+    text += buf;
+  };
+  run_loop(opt, config, trainer, step, root, world.size(), annotate);
+}
+
 void run_train(const TrainOptions& opt) {
   if (opt.list_keys) {
     std::cout << io::describe_keys();
@@ -587,17 +676,19 @@ void run_train(const TrainOptions& opt) {
   const comm::Backend backend = comm::parse_backend(opt.backend);
   TS_CHECK(opt.tp > 1 || !opt.sequence_parallel, "train: --sp (sequence parallelism) needs ",
            "--tp 2 or more; found --tp ", opt.tp);
-  TS_CHECK(opt.ep == 1 || opt.tp == 1, "train: --ep with --tp (experts inside tensor ",
-           "parallelism) comes with chapter 10; run --ep inside data parallelism (--dp) only");
-  TS_CHECK(opt.zero == 0 || (opt.tp == 1 && opt.ep == 1), "train: --zero with --tp or --ep ",
-           "comes with chapter 10; run --zero over data parallelism (--dp) only");
   TS_CHECK(opt.pp > 1 || (opt.schedule == "1f1b" && opt.chunks == 1 && opt.pp_blocks.empty()),
            "train: --schedule, --chunks and --pp-blocks cut the model into pipeline stages; they "
            "need --pp 2 or more, found --pp ",
            opt.pp);
-  TS_CHECK(opt.pp == 1 || (opt.tp == 1 && opt.ep == 1 && opt.zero == 0),
-           "train: --pp with --tp, --ep or --zero comes with chapter 10; run --pp alone or with "
-           "--dp");
+  if (composed(opt)) {
+    TS_CHECK(opt.zero <= 1, "train: --zero ", opt.zero, " with --tp, --pp or --ep: this version ",
+             "composes ZeRO stage 1 only (stages 2 and 3 run over --dp alone, chapter 07); use ",
+             "--zero 1");
+    const int D = opt.dp > 0 ? opt.dp : opt.ep;
+    comm::run_world(backend, D * opt.tp * opt.pp,
+                    [&](comm::Communicator& world) { run_mesh_rank(opt, config, world); });
+    return;
+  }
   if (opt.pp > 1) {
     comm::run_world(backend, opt.pp * std::max(1, opt.dp),
                     [&](comm::Communicator& world) { run_pp_rank(opt, config, world); });
@@ -638,7 +729,8 @@ void add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "train",
       "Train a GPT-2 (or MoE) model on one CPU rank, data parallel (--dp N, mpirun), "
-      "tensor parallel (--tp N [--sp]), expert parallel (--ep N) or with ZeRO (--zero 1|2|3)");
+      "tensor parallel (--tp N [--sp]), pipelined (--pp N), expert parallel (--ep N), with "
+      "ZeRO (--zero 1|2|3), or any combination of them on one mesh (chapter 10)");
   cmd->add_option("--config", opt->config, "TOML run config, e.g. configs/tiny.toml");
   cmd->add_option("--set", opt->overrides,
                   "Override a config key: --set model.n_layer=4 (repeatable)");
@@ -702,6 +794,13 @@ void add_train(CLI::App& app) {
                   "With --pp: blocks per virtual stage by hand, e.g. 3,2,2,3, or `measured`: "
                   "balance the stages by timing the embeddings, each block and the head (default: "
                   "the same number of blocks per stage, give or take one)");
+  cmd->add_option("--order", opt->order,
+                  "Rank order of a composed run (chapter 10), innermost first: the first axis "
+                  "varies fastest across ranks")
+      ->capture_default_str();
+  cmd->add_option("--topology", opt->topology,
+                  "With a composed run: print the placement report of its mesh on this topology "
+                  "file (configs/topologies/*.toml): the links every group crosses");
   cmd->add_flag("--no-prefetch", opt->no_prefetch,
                 "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "nn/layers.hpp"
 #include "ops/ops.hpp"
+#include "tp/operators.hpp"
 
 #include <chrono>
 
@@ -11,9 +12,11 @@ namespace tinyscale::ep {
 EpMoeFeedForward::EpMoeFeedForward(nn::ParameterList& params, const std::string& name, int layer,
                                    const nn::ModelConfig& config, std::uint64_t seed,
                                    comm::Communicator& ep, const ExpertPlacement& placement,
-                                   EpLayerLoad* load, CapacityScope capacity, bool use_gates)
+                                   EpLayerLoad* load, CapacityScope capacity, bool use_gates,
+                                   const tp::TpContext* tp)
     : name_(name), layer_(layer), dropout_(config.dropout), config_(config.moe), ep_(&ep),
       placement_(placement), load_(load), capacity_(capacity), use_gates_(use_gates) {
+  if (tp != nullptr) tp_ = *tp;
   TS_CHECK(placement.ep() == ep.size() && placement.n_experts() == config.moe.n_experts,
            "EpMoeFeedForward: expected a placement of ", config.moe.n_experts, " experts over ",
            ep.size(), " ranks (", describe(ep), "), found ", placement.describe());
@@ -25,7 +28,10 @@ EpMoeFeedForward::EpMoeFeedForward(nn::ParameterList& params, const std::string&
   for (int e : mine) {
     std::string expert_name = name + ".experts.";
     expert_name += std::to_string(e);
-    experts_.emplace_back(params, expert_name, config, seed);
+    if (tp_)
+      tp_experts_.emplace_back(params, expert_name, config, seed, *tp_);
+    else
+      experts_.emplace_back(params, expert_name, config, seed);
   }
   if (load_ != nullptr) {
     load_->layer = layer;
@@ -41,20 +47,23 @@ EpMoeFeedForward::EpMoeFeedForward(nn::ParameterList& params, const std::string&
 nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
                                                 const nn::ForwardContext& ctx) const {
   using clock = std::chrono::steady_clock;
-  const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2), N = B * T;
+  // Inside tensor parallelism with sequence parallelism: route the whole sequence, as TpMoe does.
+  const bool sequence_parallel = tp_ && tp_->sequence_parallel;
+  const Tensor whole = sequence_parallel ? tp::gather_from_sequence_replicated(x, *tp_->group) : x;
+  const std::int64_t B = whole.size(0), T = whole.size(1), C = whole.size(2), N = B * T;
   const int k = config_.top_k, L = placement_.local_count();
-  Tensor tokens = reshape(x, {N, C});
+  Tensor tokens = reshape(whole, {N, C});
   // 1. Route on this rank, as one rank would: top-k, gates, and capacity from this micro-batch
   //    (local) or from the ep group's counts for the pooled micro-batch (global). Evaluation
   //    runs the same whole batch on every rank, so its local rule already is one rank's.
   moe::Routing r = moe::route(tokens, router_weight_, config_);
   if (capacity_ == CapacityScope::Global && ctx.training)
-    apply_global_capacity(r, *ep_, config_, x.device());
+    apply_global_capacity(r, *ep_, config_, whole.device());
 
   // 2. Dispatch: counts first (every rank learns what it will receive), then the rows.
   auto start = clock::now();
   const DispatchPlan plan = plan_dispatch(r, placement_);
-  const ReceivePlan recv = exchange_counts(*ep_, plan, L, x.device());
+  const ReceivePlan recv = exchange_counts(*ep_, plan, L, whole.device());
   std::vector<std::int64_t> rows(plan.order.size());
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = plan.order[i] / k;
   const Tensor sent =
@@ -66,24 +75,7 @@ nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
 
   // 3. Each local expert on its rows from every source; outputs put back in arrival order.
   start = clock::now();
-  std::vector<Tensor> outputs;
-  std::vector<std::int64_t> places;
-  for (int l = 0; l < L; ++l) {
-    const auto& mine = recv.expert_rows[static_cast<std::size_t>(l)];
-    if (mine.empty()) continue; // no tokens: no forward, and so no gradient, as on one rank
-    const Tensor ids = Tensor::from_ids(mine, Shape({static_cast<std::int64_t>(mine.size())}));
-    outputs.push_back(experts_[static_cast<std::size_t>(l)].forward(gather_rows(received, ids)));
-    places.insert(places.end(), mine.begin(), mine.end());
-  }
-  // With no rows at all the received (empty) tensor itself goes back, so the combine's backward
-  // still reaches the dispatch's backward and this rank joins both all-to-alls of backward.
-  const std::int64_t R = received.size(0);
-  const Tensor expert_out =
-      outputs.empty()
-          ? received
-          : scatter_add_rows(
-                concat(outputs, 0),
-                Tensor::from_ids(places, Shape({static_cast<std::int64_t>(places.size())})), R);
+  const Tensor expert_out = run_experts(received, recv.expert_rows);
   if (load_ != nullptr)
     load_->compute_seconds += std::chrono::duration<double>(clock::now() - start).count();
 
@@ -91,7 +83,12 @@ nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
   const Tensor back =
       all_to_all_rows(expert_out, recv.recv_rows, plan.send_rows, *ep_, Direction::Combine, load_);
   Tensor y = reshape(combine(back, r.gates, plan.order, k, N, use_gates_), {B, T, C});
-  if (ctx.training && dropout_ > 0) y = dropout(y, dropout_, ctx.dropout_rng(name_, T * C));
+  if (tp_) {
+    if (sequence_parallel) y = tp::scatter_to_sequence(y, *tp_->group);
+    y = tp::residual_dropout(y, dropout_, ctx, name_, *tp_);
+  } else if (ctx.training && dropout_ > 0) {
+    y = dropout(y, dropout_, ctx.dropout_rng(name_, T * C));
+  }
 
   if (load_ != nullptr) {
     for (std::size_t e = 0; e < r.kept.size(); ++e)
@@ -116,6 +113,41 @@ nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
   stats.aux_loss = r.aux_loss.item();
   stats.z_loss = r.z_loss.item();
   return nn::FeedForwardOutput{y, r.aux_loss, r.z_loss, stats};
+}
+
+Tensor EpMoeFeedForward::run_experts(const Tensor& received,
+                                     const std::vector<std::vector<std::int64_t>>& rows) const {
+  // Inside tensor parallelism: f once on every received row (its backward sums the experts'
+  // input gradients over tp), each split expert's partial sums, then one g for all of them.
+  const Tensor input = tp_ ? tp::copy_to_tp(received, *tp_->group) : received;
+  std::vector<Tensor> outputs;
+  std::vector<std::int64_t> places, sizes;
+  for (std::size_t l = 0; l < rows.size(); ++l) {
+    const auto& mine = rows[l];
+    if (mine.empty()) continue; // no tokens: no forward, and so no gradient, as on one rank
+    const Tensor in =
+        gather_rows(input, Tensor::from_ids(mine, Shape({static_cast<std::int64_t>(mine.size())})));
+    outputs.push_back(tp_ ? tp_experts_[l].partial(in) : experts_[l].forward(in));
+    places.insert(places.end(), mine.begin(), mine.end());
+    sizes.push_back(static_cast<std::int64_t>(mine.size()));
+  }
+  // With no rows at all the received (empty) tensor itself goes back, so the combine's backward
+  // still reaches the dispatch's backward and this rank joins both all-to-alls of backward.
+  if (outputs.empty()) return received;
+  if (tp_) {
+    outputs = split(tp::reduce_from_tp(concat(outputs, 0), *tp_->group), 0, sizes);
+    std::size_t i = 0;
+    for (std::size_t l = 0; l < rows.size(); ++l) {
+      if (rows[l].empty()) continue;
+      const Tensor& bias = tp_experts_[l].c_proj.bias;
+      if (bias.defined()) outputs[i] = outputs[i] + cast(bias, outputs[i].dtype());
+      ++i;
+    }
+  }
+  return scatter_add_rows(
+      concat(outputs, 0),
+      Tensor::from_ids(places, Shape({static_cast<std::int64_t>(places.size())})),
+      received.size(0));
 }
 
 } // namespace tinyscale::ep

@@ -8,6 +8,9 @@
 // anything moves, by the single-rank rule: from its own micro-batch (local), or from every ep
 // rank's counts for the pooled micro-batch (global, ep/capacity.hpp); either way no rank needs
 // the others' tokens, only counts.
+// Inside tensor parallelism (chapter 10) every expert is split over the tp group as in TpMoe: the
+// tp ranks of one ep rank route the same tokens, so they send and receive the same rows, and g
+// sums the experts' partial outputs before the bias, the all-to-all back and the gates.
 #pragma once
 
 #include "comm/communicator.hpp"
@@ -16,8 +19,10 @@
 #include "ep/load.hpp"
 #include "ep/placement.hpp"
 #include "nn/mlp.hpp"
+#include "tp/blocks.hpp"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,13 +35,21 @@ public:
   /// `ep` (the expert-parallel group) and `load` must outlive the layer; `load` collects this
   /// rank's statistics (reset it at the start of a step). `capacity`: which tokens an expert's
   /// capacity counts (ep/capacity.hpp). use_gates = false is the negative control of the tests.
+  /// `tp` (optional): split every expert over this tensor-parallel group (chapter 10); the
+  /// layer then takes and returns the tp residual stream's layout ([B, T/t, C] with sequence
+  /// parallelism).
   EpMoeFeedForward(nn::ParameterList& params, const std::string& name, int layer,
                    const nn::ModelConfig& config, std::uint64_t seed, comm::Communicator& ep,
                    const ExpertPlacement& placement, EpLayerLoad* load,
-                   CapacityScope capacity = CapacityScope::Local, bool use_gates = true);
+                   CapacityScope capacity = CapacityScope::Local, bool use_gates = true,
+                   const tp::TpContext* tp = nullptr);
   nn::FeedForwardOutput forward(const Tensor& x, const nn::ForwardContext& ctx) const override;
 
 private:
+  /// Step 3 of forward: this rank's experts on the rows they received ([R, C] -> [R, C]).
+  Tensor run_experts(const Tensor& received,
+                     const std::vector<std::vector<std::int64_t>>& rows) const;
+
   std::string name_;
   int layer_;
   double dropout_;
@@ -47,7 +60,9 @@ private:
   CapacityScope capacity_;
   bool use_gates_;
   Tensor router_weight_;
-  std::vector<nn::Mlp> experts_; ///< this rank's, in local order
+  std::vector<nn::Mlp> experts_; ///< this rank's, in local order (without tp)
+  std::optional<tp::TpContext> tp_;
+  std::vector<tp::TpExpert> tp_experts_; ///< this rank's, in local order, split over tp
 };
 
 } // namespace tinyscale::ep

@@ -49,14 +49,21 @@ void check_pipeline_layout(const io::RunConfig& config, int stages, const Pipeli
            "that is a multiple of ", data_parallel * t.micro_batches);
   TS_CHECK(t.device == "cpu", "pipeline: train.device = \"", t.device,
            "\"; this version passes activations in host memory: run with --pp on the CPU");
+  TS_CHECK(options.zero == 0 || options.zero == 1, "pipeline: expected ZeRO stage 0 or 1 with ",
+           "pipeline stages, found ", options.zero, "; stages 2 and 3 shard the gradients and ",
+           "parameters that every micro-batch's backward needs whole (DeepSpeed refuses them ",
+           "with pipelines too): use --zero 1");
 }
 
 PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group,
                                  PipelineOptions options, metrics::TraceRecorder* trace,
-                                 comm::Communicator* data_parallel)
+                                 comm::Communicator* data_parallel,
+                                 std::unique_ptr<StageModel> model)
     : trainer_((check_pipeline_layout(config, group.size(), options,
                                       data_parallel != nullptr ? data_parallel->size() : 1),
-                std::move(config))),
+                std::move(config)),
+               {}, train::OptimizerOwner::Caller),
+      model_(model != nullptr ? std::move(model) : std::make_unique<GptStages>(trainer_.model())),
       group_(&group), data_parallel_(data_parallel), options_(std::move(options)),
       schedule_(make_schedule(options_.schedule, group.size(),
                               static_cast<int>(trainer_.config().train.micro_batches),
@@ -89,8 +96,47 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
                                     layer_costs_.embed, layer_costs_.head);
   }
   validate(schedule_);
+  // The optimizer of this rank's stages: whole, or (ZeRO-1) sharded over each data-parallel group.
+  nn::ParameterList mine;
+  for (const nn::NamedParameter* p : owned_parameters()) mine.push_back(*p);
+  const optim::OptimConfig& oc = trainer_.config().optim;
+  if (options_.zero == 0 ||
+      data_parallel_ == nullptr) { // (ZeRO over one pipeline: nothing to shard)
+    adamw_ = std::make_unique<optim::AdamW>(mine, oc);
+  } else {
+    std::vector<comm::Communicator*> groups;
+    std::vector<nn::ParameterList> lists;
+    for (const nn::NamedParameter& p : mine) {
+      comm::Communicator* g = model_->data_parallel_group(p.name);
+      if (g == nullptr) g = data_parallel_;
+      if (std::find(groups.begin(), groups.end(), g) == groups.end())
+        groups.push_back(g), lists.emplace_back();
+      lists[static_cast<std::size_t>(std::find(groups.begin(), groups.end(), g) - groups.begin())]
+          .push_back(p);
+    }
+    for (std::size_t i = 0; i < groups.size(); ++i)
+      sharded_.push_back(std::make_unique<zero::ShardedAdamW>(lists[i], *groups[i], oc));
+  }
   group_->barrier();
   origin_ = std::chrono::steady_clock::now();
+}
+
+PipelineTrainer::~PipelineTrainer() = default;
+
+std::vector<const nn::NamedParameter*> PipelineTrainer::owned_parameters() const {
+  std::vector<const nn::NamedParameter*> out;
+  for (const nn::NamedParameter& p : model_->parameters())
+    if (owns(p.name)) out.push_back(&p);
+  return out;
+}
+
+std::int64_t PipelineTrainer::optimizer_state_bytes() const {
+  std::int64_t bytes = 0;
+  if (adamw_ != nullptr)
+    for (const auto& [name, t] : adamw_->state_tensors())
+      if (name != "step") bytes += t.numel() * static_cast<std::int64_t>(dtype_size(t.dtype()));
+  for (const auto& s : sharded_) bytes += s->state_bytes();
+  return bytes;
 }
 
 LayerCosts measure_layer_costs(train::Trainer& trainer, std::int64_t rows) {
@@ -160,7 +206,7 @@ int PipelineTrainer::tag(const Action& a, bool gradient) const {
 
 void PipelineTrainer::forward(const Action& a, MicroBatchState& st, train::StepResult& r) {
   const train::TrainConfig& t = trainer_.config().train;
-  const nn::GPT& model = trainer_.model();
+  const StageModel& model = *model_;
   const int v = schedule_.virtual_stage(rank_, a.chunk);
   const int last = schedule_.virtual_stages() - 1;
   const std::int64_t row_begin = first_row_ + a.micro_batch * rows_;
@@ -188,7 +234,7 @@ void PipelineTrainer::forward(const Action& a, MicroBatchState& st, train::StepR
   }
   if (v == last) {
     // the single-rank loss, term for term: lm + aux + z, divided by m like Trainer::train_step
-    const Tensor lm = cross_entropy(model.head(x), batch.targets);
+    const Tensor lm = model.loss(x, batch.targets);
     r.lm_loss += lm.item() / m;
     const Tensor loss = aux.defined() ? lm + aux + z : lm;
     st.loss = loss / m;
@@ -228,7 +274,7 @@ void PipelineTrainer::run_action(const Action& a, std::vector<MicroBatchState>& 
   const int last = schedule_.virtual_stages() - 1;
   MicroBatchState& st = states[static_cast<std::size_t>(a.chunk * m + a.micro_batch)];
   const train::TrainConfig& t = trainer_.config().train;
-  const Shape shape({rows_, t.seq_len, trainer_.config().model.n_embd});
+  const Shape shape({rows_, model_->positions(t.seq_len), trainer_.config().model.n_embd});
   const DType compute_dtype = trainer_.config().model.compute_dtype(); // what activations are
   // the state of the same micro-batch on virtual stage v+1 when that stage is on this rank
   const auto local_next = [&]() -> MicroBatchState* {
@@ -269,7 +315,10 @@ void PipelineTrainer::run_action(const Action& a, std::vector<MicroBatchState>& 
 
 train::StepResult PipelineTrainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
-  trainer_.zero_grad();
+  for (const nn::NamedParameter& p : model_->parameters()) {
+    Tensor param = p.tensor; // a handle: the model's own tensor
+    param.set_grad(Tensor());
+  }
   train::StepResult r;
   std::vector<MicroBatchState> states(static_cast<std::size_t>(schedule_.chunks) *
                                       static_cast<std::size_t>(schedule_.micro_batches));
@@ -285,7 +334,7 @@ train::StepResult PipelineTrainer::train_step() {
     if (a.kind == ActionKind::OptimizerStep) {
       run_action(a, states, sends, r);
       measured_.activation_peak = activations_.peak_bytes() - before;
-      for (const nn::NamedParameter& p : trainer_.model().parameters())
+      for (const nn::NamedParameter& p : model_->parameters())
         if (p.tensor.grad().defined())
           measured_.gradient_bytes +=
               p.tensor.grad().numel() * static_cast<std::int64_t>(dtype_size(p.tensor.dtype()));
@@ -315,7 +364,7 @@ train::StepResult PipelineTrainer::train_step() {
 
 void PipelineTrainer::finish_step(train::StepResult& r,
                                   std::chrono::steady_clock::time_point start) {
-  const nn::ParameterList& params = trainer_.model().parameters();
+  const nn::ParameterList& params = model_->parameters();
   const int first_rank = schedule_.rank_of(0);
   const int last_rank = schedule_.rank_of(schedule_.virtual_stages() - 1);
   // The tied embedding: the first stage has the embedding's part of wte's gradient, the last
@@ -347,40 +396,87 @@ void PipelineTrainer::finish_step(train::StepResult& r,
   r.aux_loss = l[1];
   r.z_loss = l[2];
   r.loss = l[0] + l[1] + l[2];
-  // the norm of the whole model: each rank's squares, wte counted once (on the first stage)
-  trainer_.finish_step(r, start, [&] {
-    double squares = 0;
-    for (const nn::NamedParameter& p : params) {
-      if (!owns(p.name) || (p.name.rfind("wte.", 0) == 0 && rank_ != first_rank)) continue;
-      const double n = optim::global_grad_norm({p});
+  r.grad_norm = global_grad_norm();
+  const double lr = trainer_.learning_rate();
+  if (adamw_ != nullptr) {
+    nn::ParameterList mine;
+    for (const nn::NamedParameter* p : owned_parameters()) mine.push_back(*p);
+    optim::clip_grads_to_norm(mine, trainer_.config().optim.grad_clip, r.grad_norm);
+    adamw_->step(lr);
+  }
+  for (auto& s : sharded_)
+    s->step(lr, optim::clip_factor(trainer_.config().optim.grad_clip, r.grad_norm));
+  trainer_.end_step(r, start);
+}
+
+// The norm of the whole model: every element of the gradient counted once over all ranks. wte
+// on the first stage only; the model says what else (tp shards, ep experts) each rank counts.
+double PipelineTrainer::global_grad_norm() {
+  const bool sharded = !sharded_.empty();
+  const int first_rank = schedule_.rank_of(0);
+  const auto counted = [&](const std::string& name) {
+    if (name.rfind("wte.", 0) == 0 && rank_ != first_rank) return false;
+    return model_->counts_in_norm(name, sharded);
+  };
+  double squares = 0;
+  if (!sharded) {
+    for (const nn::NamedParameter* p : owned_parameters()) {
+      if (!counted(p->name)) continue;
+      const double n = optim::global_grad_norm({*p});
       squares += n * n;
     }
-    Tensor total = Tensor::from_vector({squares}, Shape({1}), DType::Float64);
-    comm::all_reduce(*group_, total);
-    return std::sqrt(total.item());
-  });
+  }
+  for (const auto& s : sharded_)
+    squares += s->squares([&](std::size_t i) { return counted(s->parameters()[i].name); });
+  Tensor total = Tensor::from_vector({squares}, Shape({1}), DType::Float64);
+  comm::all_reduce(*group_, total);
+  for (comm::Communicator* g : model_->norm_groups(sharded)) comm::all_reduce(*g, total);
+  if (sharded && data_parallel_ != nullptr) comm::all_reduce(*data_parallel_, total);
+  return std::sqrt(total.item());
 }
 
 // PP x DP: each stage's gradients summed over the pipelines holding the same stage. A parameter
 // with a gradient on no pipeline (an expert no token reached) keeps none, as on one rank.
 void PipelineTrainer::reduce_over_data_parallel() {
-  if (data_parallel_ == nullptr || data_parallel_->size() == 1) return;
-  std::vector<const nn::NamedParameter*> mine;
-  for (const nn::NamedParameter& p : trainer_.model().parameters())
-    if (owns(p.name)) mine.push_back(&p);
+  const std::vector<const nn::NamedParameter*> mine = owned_parameters();
+  model_->reduce_within_stage(mine);
+  if (!sharded_.empty()) { // ZeRO-1: reduce-scattered, each rank keeps the sum of its slices
+    for (auto& s : sharded_) s->reduce_gradients();
+    return;
+  }
+  // Each parameter over its group (the pipeline's own, or the one the model names for it).
+  std::vector<comm::Communicator*> group_of(mine.size());
   std::vector<double> had(mine.size());
-  for (std::size_t i = 0; i < mine.size(); ++i) had[i] = mine[i]->tensor.grad().defined() ? 1 : 0;
-  Tensor counts =
-      Tensor::from_vector(had, Shape({static_cast<std::int64_t>(had.size())}), DType::Float64);
-  comm::all_reduce(*data_parallel_, counts);
-  const std::vector<double> with_grad = counts.to_vector();
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    comm::Communicator* g = model_->data_parallel_group(mine[i]->name);
+    group_of[i] = g != nullptr ? g : data_parallel_;
+    had[i] = mine[i]->tensor.grad().defined() ? 1 : 0;
+  }
+  // Whether some rank of the group had a gradient: one count per parameter, per kind of group.
+  std::vector<double> with_grad(mine.size(), 0.0);
+  std::vector<comm::Communicator*> groups;
+  for (comm::Communicator* g : group_of)
+    if (std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  for (comm::Communicator* g : groups) {
+    std::vector<double> part(mine.size(), 0.0);
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      if (group_of[i] == g) part[i] = had[i];
+    Tensor counts =
+        Tensor::from_vector(part, Shape({static_cast<std::int64_t>(part.size())}), DType::Float64);
+    if (g != nullptr && g->size() > 1) comm::all_reduce(*g, counts);
+    const std::vector<double> summed = counts.to_vector();
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      if (group_of[i] == g) with_grad[i] = summed[i];
+  }
   NoGradGuard no_grad;
   for (std::size_t i = 0; i < mine.size(); ++i) {
-    if (with_grad[i] == 0) continue;
+    comm::Communicator* g = group_of[i];
+    if (with_grad[i] == 0 || g == nullptr || g->size() == 1) continue;
     Tensor param = mine[i]->tensor; // a handle: the model's own tensor
-    Tensor g = param.grad().defined() ? param.grad() : Tensor::zeros(param.shape(), param.dtype());
-    comm::all_reduce(*data_parallel_, g);
-    param.set_grad(g);
+    Tensor grad =
+        param.grad().defined() ? param.grad() : Tensor::zeros(param.shape(), param.dtype());
+    comm::all_reduce(*g, grad);
+    param.set_grad(grad);
   }
 }
 
@@ -444,6 +540,9 @@ BubbleReport PipelineTrainer::bubble_report() {
 }
 
 nn::ParameterList PipelineTrainer::gathered_parameters() {
+  TS_CHECK(dynamic_cast<const GptStages*>(model_.get()) != nullptr,
+           "pipeline: gathered_parameters() joins whole nn::GPT parameters; this run's stages ",
+           "are split over other axes too: compare each rank's own parameters instead");
   nn::ParameterList out;
   const int last = schedule_.virtual_stages() - 1;
   for (const nn::NamedParameter& p : trainer_.model().parameters()) {
@@ -472,15 +571,37 @@ void PipelineTrainer::resume(const std::string& path) {
 }
 
 double PipelineTrainer::evaluate() {
-  // every rank gets every parameter from the rank that trains it, then runs the whole model
-  const nn::ParameterList gathered = gathered_parameters();
-  const nn::ParameterList& params = trainer_.model().parameters();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    Tensor param = params[i].tensor; // a handle: the model's own tensor
-    NoGradGuard no_grad;
-    param.copy_(gathered[i].tensor);
+  // Each validation batch goes through the stages in order, as one micro-batch without
+  // gradients; a rank runs its virtual stages in order, so every receive has its send.
+  NoGradGuard no_grad;
+  const train::TrainConfig& t = trainer_.config().train;
+  const int last = schedule_.virtual_stages() - 1;
+  double total = 0;
+  for (std::int64_t j = 0; j < t.eval_batches; ++j) {
+    const data::Batch b = trainer_.dataset().batch(data::Split::Val, j, t.batch_size, t.seq_len);
+    const nn::ForwardContext ctx{};
+    Tensor x;
+    for (int v = 0; v <= last; ++v) {
+      if (schedule_.rank_of(v) != rank_) continue;
+      const int eval_tag = 2 * schedule_.virtual_stages() * schedule_.micro_batches + 4 + v;
+      if (v == 0) {
+        x = model_->embed(b.inputs, ctx);
+      } else if (schedule_.rank_of(v - 1) != rank_) {
+        x = Tensor::empty(
+            Shape({t.batch_size, model_->positions(t.seq_len), trainer_.config().model.n_embd}),
+            trainer_.config().model.compute_dtype());
+        comm::recv(*group_, x, schedule_.rank_of(v - 1), eval_tag - 1);
+      }
+      for (int i = partition_.begin(v); i < partition_.end(v); ++i) x = model_->block(i, x, ctx).y;
+      if (v == last)
+        total += model_->loss(x, b.targets).item();
+      else if (schedule_.rank_of(v + 1) != rank_)
+        comm::isend(*group_, x, schedule_.rank_of(v + 1), eval_tag)->wait();
+    }
   }
-  return trainer_.evaluate();
+  Tensor sum = Tensor::from_vector({total}, Shape({1}), DType::Float64);
+  comm::all_reduce(*group_, sum); // only the last stage's rank has a loss
+  return sum.item() / static_cast<double>(t.eval_batches);
 }
 
 } // namespace tinyscale::pp

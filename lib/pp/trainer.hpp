@@ -12,7 +12,9 @@
 #include "pp/partition.hpp"
 #include "pp/schedule.hpp"
 #include "pp/simulate.hpp"
+#include "pp/stage_model.hpp"
 #include "train/trainer.hpp"
+#include "zero/sharded_adamw.hpp"
 
 #include <memory>
 #include <vector>
@@ -30,6 +32,9 @@ struct PipelineOptions {
   /// For tests only: false skips summing the tied embedding's gradient between the first and
   /// the last stage (the negative control of the equivalence tests).
   bool tie_embedding_gradients = true;
+  /// 1: the AdamW state of each stage sharded over its data-parallel group (ZeRO stage 1,
+  /// zero/sharded_adamw.hpp; chapter 10); 0: every rank holds its stages' whole state.
+  int zero = 0;
 };
 
 /// Throws, before any work, unless `config` can run as a pipeline of `stages` ranks inside
@@ -84,16 +89,21 @@ public:
   /// receives on the "comm" stream. `data_parallel` (optional): the ranks holding the same
   /// stages in the other pipelines (PP x DP); pipeline d runs rows [d B/D, (d+1) B/D) of the
   /// global batch B in its m micro-batches, and the stages' gradients are summed over it.
+  /// `model` (optional) is what the stages are cut from: a model split over the other axes of
+  /// a mesh (chapter 10's fourd::MeshStages, built for this config); without it, the whole
+  /// nn::GPT of train::Trainer (GptStages).
   PipelineTrainer(io::RunConfig config, comm::Communicator& group, PipelineOptions options = {},
                   metrics::TraceRecorder* trace = nullptr,
-                  comm::Communicator* data_parallel = nullptr);
+                  comm::Communicator* data_parallel = nullptr,
+                  std::unique_ptr<StageModel> model = nullptr);
+  ~PipelineTrainer();
 
   /// Collective: one optimizer step on the global batch of train.batch_size rows in
   /// train.micro_batches micro-batches; every rank returns the same losses and norm.
   train::StepResult train_step();
 
-  /// Collective: the mean validation cross-entropy of the whole model (every rank first gets
-  /// every parameter from the rank that trains it, then runs the whole batch).
+  /// Collective: the mean validation cross-entropy of the whole model, run through the stages
+  /// (each validation batch as one micro-batch, stage after stage; every pipeline runs it).
   double evaluate();
   const data::TokenDataset& dataset() const { return trainer_.dataset(); }
   Device device() const { return trainer_.device(); }
@@ -104,8 +114,15 @@ public:
   double flops_per_token() const { return trainer_.flops_per_token(); }
 
   /// Collective: the full model's parameters, each from the rank that trains it (every rank
-  /// gets every one; the embeddings from the first stage).
+  /// gets every one; the embeddings from the first stage). Only for nn::GPT stages (throws
+  /// when a model was passed in: its shards are joined by their own axes).
   nn::ParameterList gathered_parameters();
+  /// The parameters this rank trains (its stages'; the tied wte on the first and last).
+  std::vector<const nn::NamedParameter*> owned_parameters() const;
+  /// The model the stages are cut from.
+  const StageModel& model() const { return *model_; }
+  /// Bytes of AdamW moments this rank holds (its stages', or its ZeRO-1 slices of them).
+  std::int64_t optimizer_state_bytes() const;
 
   const Schedule& schedule() const { return schedule_; }
   const Partition& partition() const { return partition_; }
@@ -131,9 +148,11 @@ private:
   void backward(const Action& a, MicroBatchState& st, MicroBatchState* next_local);
   void finish_step(train::StepResult& r, std::chrono::steady_clock::time_point start);
   void reduce_over_data_parallel();
+  double global_grad_norm();
   int tag(const Action& a, bool gradient) const;
 
   train::Trainer trainer_;
+  std::unique_ptr<StageModel> model_;
   comm::Communicator* group_;
   comm::Communicator* data_parallel_ = nullptr; ///< null: one pipeline
   PipelineOptions options_;
@@ -148,6 +167,10 @@ private:
   MemoryCounter activations_;
   metrics::TraceRecorder* trace_ = nullptr;
   std::chrono::steady_clock::time_point origin_; ///< 0 s of measured_, after a barrier
+  std::unique_ptr<optim::AdamW> adamw_;          ///< without ZeRO: this rank's stages' state
+  /// ZeRO-1: one sharded optimizer per data-parallel group (the pipeline's own, then each
+  /// other group a parameter names, e.g. the experts'), with the groups.
+  std::vector<std::unique_ptr<zero::ShardedAdamW>> sharded_;
 };
 
 } // namespace tinyscale::pp

@@ -51,6 +51,17 @@ nn::FeedForwardOutput TpMlp::forward(const Tensor& x, const nn::ForwardContext& 
   return {residual_dropout(y, dropout_, ctx, name_, tp_), Tensor(), Tensor(), std::nullopt};
 }
 
+TpExpert::TpExpert(nn::ParameterList& params, const std::string& name,
+                   const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
+    : c_fc(params, name + ".c_fc", config.n_embd, config.n_inner(), config.initializer_range,
+           config.bias, seed, config.dtype, tp),
+      c_proj(params, name + ".c_proj", config.n_inner(), config.n_embd, residual_std(config),
+             config.bias, seed, config.dtype, tp) {}
+
+Tensor TpExpert::partial(const Tensor& rows) const {
+  return c_proj.partial(gelu(c_fc.forward(rows)));
+}
+
 TpMoe::TpMoe(nn::ParameterList& params, const std::string& name, int layer,
              const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
     : name_(name), layer_(layer), dropout_(config.dropout), moe_(config.moe), tp_(tp) {
@@ -58,14 +69,8 @@ TpMoe::TpMoe(nn::ParameterList& params, const std::string& name, int layer,
                                         Shape({config.n_embd, config.moe.n_experts}),
                                         config.initializer_range, seed, config.dtype);
   experts_.reserve(static_cast<std::size_t>(config.moe.n_experts));
-  for (int e = 0; e < config.moe.n_experts; ++e) {
-    const std::string expert = name + ".experts." + std::to_string(e);
-    experts_.push_back(
-        Expert{ColumnParallelLinear(params, expert + ".c_fc", config.n_embd, config.n_inner(),
-                                    config.initializer_range, config.bias, seed, config.dtype, tp),
-               RowParallelLinear(params, expert + ".c_proj", config.n_inner(), config.n_embd,
-                                 residual_std(config), config.bias, seed, config.dtype, tp)});
-  }
+  for (int e = 0; e < config.moe.n_experts; ++e)
+    experts_.emplace_back(params, name + ".experts." + std::to_string(e), config, seed, tp);
 }
 
 nn::FeedForwardOutput TpMoe::forward(const Tensor& x, const nn::ForwardContext& ctx) const {
@@ -89,9 +94,8 @@ nn::FeedForwardOutput TpMoe::forward(const Tensor& x, const nn::ForwardContext& 
     if (kept.empty()) continue; // no tokens, no gradient: the same on every rank
     for (std::int64_t a : kept) rows_of[e].push_back(a / k);
     const Shape m({static_cast<std::int64_t>(kept.size())});
-    const Expert& ex = experts_[e];
-    partials.push_back(ex.c_proj.partial(
-        gelu(ex.c_fc.forward(gather_rows(expert_input, Tensor::from_ids(rows_of[e], m))))));
+    partials.push_back(
+        experts_[e].partial(gather_rows(expert_input, Tensor::from_ids(rows_of[e], m))));
   }
   Tensor y = Tensor::zeros(Shape({N, C}), whole.dtype(), whole.device());
   if (!partials.empty()) {

@@ -55,6 +55,19 @@ private:
   RowParallelLinear c_proj_;
 };
 
+/// One expert h.N.mlp.experts.e split like TpMlp, without dropout: c_fc column-parallel,
+/// GELU, c_proj row-parallel. The caller applies f before c_fc and g after c_proj's partial
+/// sums (one of each for all experts of a layer), then the bias (TpMoe; ep::EpMoeFeedForward
+/// inside tensor parallelism, chapter 10).
+struct TpExpert {
+  ColumnParallelLinear c_fc;
+  RowParallelLinear c_proj;
+  TpExpert(nn::ParameterList& params, const std::string& name, const nn::ModelConfig& config,
+           std::uint64_t seed, const TpContext& tp);
+  /// rows [n, C] (after f) -> this rank's partial sums [n, C] (before g and the bias).
+  Tensor partial(const Tensor& rows) const;
+};
+
 /// h.N.mlp as a mixture of experts, every expert split like TpMlp; the router is replicated.
 class TpMoe : public nn::FeedForward {
 public:
@@ -63,17 +76,13 @@ public:
   nn::FeedForwardOutput forward(const Tensor& x, const nn::ForwardContext& ctx) const override;
 
 private:
-  struct Expert {
-    ColumnParallelLinear c_fc;
-    RowParallelLinear c_proj;
-  };
   std::string name_;
   int layer_;
   double dropout_;
   nn::MoeConfig moe_;
   TpContext tp_;
   Tensor router_weight_;
-  std::vector<Expert> experts_;
+  std::vector<TpExpert> experts_;
 };
 
 } // namespace tinyscale::tp

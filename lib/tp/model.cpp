@@ -7,8 +7,6 @@
 #include "tp/operators.hpp"
 #include "tp/vocab_parallel.hpp"
 
-#include <optional>
-
 namespace tinyscale::tp {
 
 void check_tp_layout(const nn::ModelConfig& m, std::int64_t seq_len, int tp,
@@ -37,7 +35,8 @@ void check_tp_layout(const nn::ModelConfig& m, std::int64_t seq_len, int tp,
 class TpBlock {
 public:
   TpBlock(nn::ParameterList& params, nn::ParameterList& sp_params, int layer,
-          const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
+          const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp,
+          const nn::MoeLayerFactory& moe_layer)
       : ln_1_(params, name(layer) + ".ln_1", config.n_embd, config.bias, config.layer_norm_epsilon,
               config.dtype),
         attn_(params, name(layer) + ".attn", layer, config, seed, tp),
@@ -45,7 +44,8 @@ public:
               config.dtype) {
     const std::string mlp = name(layer) + ".mlp";
     if (config.is_moe_layer(layer)) {
-      mlp_ = std::make_unique<TpMoe>(params, mlp, layer, config, seed, tp);
+      mlp_ = moe_layer ? moe_layer(params, mlp, layer, config, seed)
+                       : std::make_unique<TpMoe>(params, mlp, layer, config, seed, tp);
     } else {
       auto dense = std::make_unique<TpMlp>(params, mlp, config, seed, tp);
       if (tp.sequence_parallel && dense->c_proj().bias.defined())
@@ -76,7 +76,8 @@ private:
   std::unique_ptr<nn::FeedForward> mlp_;
 };
 
-TpGPT::TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
+TpGPT::TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp,
+             const nn::MoeLayerFactory& moe_layer)
     : config_(config), tp_(tp) {
   TS_CHECK(tp.group != nullptr, "TpGPT: expected a tp group, found none; pass the mesh's tp ",
            "communicator (or the world) in TpContext::group");
@@ -89,7 +90,8 @@ TpGPT::TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext&
                               config.initializer_range, seed, config.dtype, false);
   if (tp.sequence_parallel) sp_params_.push_back(params_.back());
   for (int i = 0; i < config.n_layer; ++i)
-    blocks_.push_back(std::make_unique<TpBlock>(params_, sp_params_, i, config, seed, tp));
+    blocks_.push_back(
+        std::make_unique<TpBlock>(params_, sp_params_, i, config, seed, tp, moe_layer));
   ln_f_ = std::make_unique<nn::LayerNorm>(params_, "ln_f", config.n_embd, config.bias,
                                           config.layer_norm_epsilon, config.dtype);
   if (tp.sequence_parallel)
@@ -100,28 +102,47 @@ TpGPT::TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext&
 TpGPT::~TpGPT() = default;
 TpGPT::TpGPT(TpGPT&&) noexcept = default;
 
-nn::ModelOutput TpGPT::forward(const Tensor& ids, const Tensor& targets,
-                               const nn::ForwardContext& ctx) const {
+Tensor TpGPT::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
   TS_CHECK(ids.rank() == 2, "TpGPT: expected token ids [B, T], found ", ids.shape().str());
   const std::int64_t T = ids.size(1), rows_per_rank = wte_.size(0);
   TS_CHECK(T <= config_.n_positions, "TpGPT: expected at most n_positions = ", config_.n_positions,
            " tokens per sequence, found ", T);
-  const std::int64_t vocab_start = tp_.rank() * rows_per_rank;
-  const DType compute = config_.compute_dtype();
   // Traffic is counted per region when the group is a comm::CountingCommunicator (bench tp).
-  std::optional<comm::CountingRegion> region(std::in_place, *tp_.group, "embedding");
-  // Embedding: each rank looks up the ids in its rows; the exit sums (or reduce-scatters) them.
-  Tensor x = exit_tp(
-      vocab_parallel_embedding(ids, cast(wte_, compute), vocab_start, config_.vocab_size), tp_);
+  comm::CountingRegion region(*tp_.group, "embedding");
+  // Each rank looks up the ids in its rows; the exit sums (or reduce-scatters) them.
+  Tensor x = exit_tp(vocab_parallel_embedding(ids, cast(wte_, config_.compute_dtype()),
+                                              tp_.rank() * rows_per_rank, config_.vocab_size),
+                     tp_);
   const std::int64_t t_local = x.size(1), start = tp_.sequence_parallel ? tp_.rank() * t_local : 0;
-  x = x + slice(cast(wpe_, compute), 0, start, start + t_local);
-  x = residual_dropout(x, config_.dropout, ctx, "wte+wpe", tp_);
+  x = x + slice(cast(wpe_, config_.compute_dtype()), 0, start, start + t_local);
+  return residual_dropout(x, config_.dropout, ctx, "wte+wpe", tp_);
+}
 
+nn::FeedForwardOutput TpGPT::block(int layer, const Tensor& x,
+                                   const nn::ForwardContext& ctx) const {
+  TS_CHECK(layer >= 0 && layer < config_.n_layer, "TpGPT: expected a block in [0, ",
+           config_.n_layer, "), found ", layer);
+  comm::CountingRegion region(*tp_.group, "block");
+  return blocks_[static_cast<std::size_t>(layer)]->forward(x, ctx);
+}
+
+Tensor TpGPT::logits(const Tensor& x) const {
+  // The tied head, column-parallel over the vocabulary: [B, T, C] x [C, V/t].
+  Tensor h = enter_tp(ln_f_->forward(x), tp_);
+  return matmul(h, transpose(cast(wte_, h.dtype()), 0, 1));
+}
+
+Tensor TpGPT::head_loss(const Tensor& x, const Tensor& targets) const {
+  comm::CountingRegion region(*tp_.group, "head");
+  return vocab_parallel_cross_entropy(logits(x), targets, tp_.rank() * wte_.size(0), *tp_.group);
+}
+
+nn::ModelOutput TpGPT::forward(const Tensor& ids, const Tensor& targets,
+                               const nn::ForwardContext& ctx) const {
   nn::ModelOutput out;
-  region.reset();
-  region.emplace(*tp_.group, "block");
-  for (const auto& block : blocks_) {
-    nn::FeedForwardOutput b = block->forward(x, ctx);
+  Tensor x = embed(ids, ctx);
+  for (int i = 0; i < config_.n_layer; ++i) {
+    nn::FeedForwardOutput b = block(i, x, ctx);
     x = b.y;
     if (b.aux_loss.defined()) {
       out.aux_loss = out.aux_loss.defined() ? out.aux_loss + b.aux_loss : b.aux_loss;
@@ -129,15 +150,13 @@ nn::ModelOutput TpGPT::forward(const Tensor& ids, const Tensor& targets,
     }
     if (b.stats) out.moe.push_back(*b.stats);
   }
-  // The tied head, column-parallel over the vocabulary: [B, T, C] x [C, V/t].
-  region.reset();
-  region.emplace(*tp_.group, "head");
-  Tensor h = enter_tp(ln_f_->forward(x), tp_);
-  out.logits = matmul(h, transpose(cast(wte_, h.dtype()), 0, 1));
+  comm::CountingRegion region(*tp_.group, "head");
+  out.logits = logits(x);
   if (targets.defined()) {
     TS_CHECK(targets.shape() == ids.shape(), "TpGPT: expected targets shaped like the ids ",
              ids.shape().str(), ", found ", targets.shape().str());
-    out.lm_loss = vocab_parallel_cross_entropy(out.logits, targets, vocab_start, *tp_.group);
+    out.lm_loss =
+        vocab_parallel_cross_entropy(out.logits, targets, tp_.rank() * wte_.size(0), *tp_.group);
     out.loss = out.lm_loss;
     if (out.aux_loss.defined()) out.loss = out.loss + out.aux_loss + out.z_loss;
   }

@@ -32,7 +32,10 @@ class TpGPT {
 public:
   /// Builds this rank's shards (the single-rank model's initial values, cut). `tp.group` must
   /// outlive the model.
-  TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp);
+  /// `moe_layer` (optional) builds the MoE sublayers instead of TpMoe: expert parallelism
+  /// inside tensor parallelism (chapter 10) passes ep::EpMoeFeedForward with split experts.
+  TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp,
+        const nn::MoeLayerFactory& moe_layer = {});
   ~TpGPT();
   TpGPT(TpGPT&&) noexcept;
 
@@ -48,7 +51,19 @@ public:
   nn::ModelOutput forward(const Tensor& ids, const Tensor& targets,
                           const nn::ForwardContext& ctx) const;
 
+  // ---- the pieces of forward, for a pipeline of tensor-parallel stages (chapter 10) ----------
+  /// Collective over tp: ids [B, T] -> the residual stream [B, T, C] (with sequence parallelism
+  /// this rank's positions [B, T/t, C]), dropout applied.
+  Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const;
+  /// Collective over tp: block `layer` on the residual stream, in its layout.
+  nn::FeedForwardOutput block(int layer, const Tensor& x, const nn::ForwardContext& ctx) const;
+  /// Collective over tp: ln_f, this rank's vocabulary slice of the logits [B, T, V/t], and the
+  /// vocabulary-parallel cross-entropy against targets [B, T] (the same scalar on every rank).
+  Tensor head_loss(const Tensor& x, const Tensor& targets) const;
+
 private:
+  Tensor logits(const Tensor& x) const; ///< ln_f and the tied head: [B, T, V/t]
+
   nn::ModelConfig config_;
   TpContext tp_;
   nn::ParameterList params_, sp_params_;

@@ -1,0 +1,70 @@
+// The model of a composed run (chapter 10): GPT-2 split over the tp group (chapter 05's TpGPT),
+// with every MoE layer's experts spread over the ep group and each expert split over tp
+// (chapter 08's EpMoeFeedForward with tp experts), cut into pipeline stages by chapter 06's
+// executor. It tells that executor what the other axes add: the sequence-parallel sums over tp,
+// the experts' gradients summed over the expert-data-parallel group, and which parameters this
+// rank counts in the global gradient norm.
+// The easy thing to get wrong: counting in the norm. A tp-replicated parameter (LayerNorm, wpe,
+// router, row-parallel bias) is identical on the t ranks of its tp group, and a dense parameter on
+// the ep ranks of its ep group: each is counted on one rank of that group, shards and experts on
+// every rank. ZeRO-1 slices the dense ones over dp x ep, so then every rank counts its slice.
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "ep/capacity.hpp"
+#include "ep/load.hpp"
+#include "ep/placement.hpp"
+#include "io/config.hpp"
+#include "pp/stage_model.hpp"
+#include "tp/model.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace tinyscale::fourd {
+
+/// The groups of one rank besides its pipeline and its data-parallel group.
+struct MeshAxes {
+  comm::Communicator* tp = nullptr; ///< the tp group (size 1 without tensor parallelism)
+  bool sequence_parallel = false;
+  comm::Communicator* ep = nullptr; ///< the ep group (null: no expert parallelism)
+  /// The ranks holding the same experts (the mesh's "dp x cp"); with ep only.
+  comm::Communicator* expert_data_parallel = nullptr;
+  ep::PlacementKind placement = ep::PlacementKind::Contiguous;
+  ep::CapacityScope capacity = ep::CapacityScope::Local;
+};
+
+/// Whether `name` is an expert's parameter (h.N.mlp.experts.e.*).
+bool is_expert_parameter(const std::string& name);
+
+/// One rank's shards of the whole model (every block: the executor trains its stages').
+class MeshStages : public pp::StageModel {
+public:
+  /// Builds this rank's shards and experts with the single-rank model's initial values. The
+  /// groups must outlive the model.
+  MeshStages(const io::RunConfig& config, MeshAxes axes);
+  ~MeshStages() override;
+
+  const nn::ParameterList& parameters() const override { return model_.parameters(); }
+  Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const override;
+  nn::FeedForwardOutput block(int layer, const Tensor& x,
+                              const nn::ForwardContext& ctx) const override;
+  Tensor loss(const Tensor& x, const Tensor& targets) const override;
+  std::int64_t positions(std::int64_t seq_len) const override;
+  void reduce_within_stage(const std::vector<const nn::NamedParameter*>& owned) override;
+  comm::Communicator* data_parallel_group(const std::string& name) const override;
+  bool counts_in_norm(const std::string& name, bool sharded) const override;
+  std::vector<comm::Communicator*> norm_groups(bool sharded) const override;
+
+  const tp::TpGPT& model() const { return model_; }
+  /// This rank's expert-parallel load of every MoE layer since the last reset_load().
+  std::vector<ep::EpLayerLoad> load() const;
+  void reset_load();
+
+private:
+  MeshAxes axes_;
+  std::vector<std::unique_ptr<ep::EpLayerLoad>> loads_; // the layers point at them
+  tp::TpGPT model_;
+};
+
+} // namespace tinyscale::fourd

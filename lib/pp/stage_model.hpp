@@ -1,0 +1,83 @@
+// What the pipeline executor needs of a model (chapters 06 and 10): the embeddings, one block at
+// a time and the loss, so that stages can be cut from it, plus what the other axes of a composed
+// run add: which gradients are summed inside a stage, over which data-parallel group, and which
+// parameters this rank counts in the global gradient norm. GptStages is one rank's nn::GPT
+// (chapter 06); chapter 10's fourd::MeshStages is a tensor-parallel model with expert-parallel
+// MoE layers. The easy thing to get wrong: the norm. Each element of the whole model's gradient
+// must be counted exactly once over all ranks: a tp-replicated parameter on one tp rank only, a
+// dense parameter on one ep rank only (unless ZeRO has sharded it over them).
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "nn/context.hpp"
+#include "nn/gpt.hpp"
+#include "nn/parameter.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tinyscale::pp {
+
+/// A model the pipeline executor can cut into stages.
+class StageModel {
+public:
+  virtual ~StageModel() = default;
+  /// Every parameter this rank holds, with the single-rank model's names (shards or experts).
+  virtual const nn::ParameterList& parameters() const = 0;
+  /// ids [b, T] -> the residual stream entering block 0.
+  virtual Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const = 0;
+  /// Block `layer` on the residual stream.
+  virtual nn::FeedForwardOutput block(int layer, const Tensor& x,
+                                      const nn::ForwardContext& ctx) const = 0;
+  /// The residual stream after the last block -> the mean cross-entropy against targets [b, T].
+  virtual Tensor loss(const Tensor& x, const Tensor& targets) const = 0;
+  /// Positions of the residual stream this rank holds of a sequence of `seq_len` (what the
+  /// stages send each other): seq_len, or seq_len / t with sequence parallelism.
+  virtual std::int64_t positions(std::int64_t seq_len) const { return seq_len; }
+
+  // ---- the other axes of a composed run (chapter 10); one rank's nn::GPT has none ---------
+  /// Collective: the sums of gradients inside a stage, before the data-parallel sums (sequence
+  /// parallelism's replicated parameters over tp). `owned`: this rank's trained parameters.
+  virtual void reduce_within_stage(const std::vector<const nn::NamedParameter*>& owned) {
+    (void)owned;
+  }
+  /// The group that sums parameter `name`'s gradient over data parallelism, when it is not the
+  /// pipeline's own data-parallel group (experts: the expert-data-parallel group).
+  virtual comm::Communicator* data_parallel_group(const std::string& name) const {
+    (void)name;
+    return nullptr;
+  }
+  /// Whether this rank counts parameter `name` in the global norm, given that ZeRO has
+  /// (`sharded`) or has not sharded its gradient over its data-parallel group.
+  virtual bool counts_in_norm(const std::string& name, bool sharded) const {
+    (void)name, (void)sharded;
+    return true;
+  }
+  /// The groups besides pp (and, when sharded, data parallelism) whose ranks' squares add up
+  /// to the norm: tp, and ep unless sharded (ZeRO's dense group spans ep already).
+  virtual std::vector<comm::Communicator*> norm_groups(bool sharded) const {
+    (void)sharded;
+    return {};
+  }
+};
+
+/// One rank's whole nn::GPT (chapter 06: every rank builds it and trains its stages).
+class GptStages : public StageModel {
+public:
+  explicit GptStages(const nn::GPT& model) : model_(&model) {}
+  const nn::ParameterList& parameters() const override { return model_->parameters(); }
+  Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const override {
+    return model_->embed(ids, ctx);
+  }
+  nn::FeedForwardOutput block(int layer, const Tensor& x,
+                              const nn::ForwardContext& ctx) const override {
+    return model_->block(layer, x, ctx);
+  }
+  Tensor loss(const Tensor& x, const Tensor& targets) const override;
+
+private:
+  const nn::GPT* model_;
+};
+
+} // namespace tinyscale::pp

@@ -1,0 +1,54 @@
+// ZeRO stage 1 for any list of parameters over any data-parallel group (chapter 10): the AdamW
+// state of the composed trainer (pipeline stages, tensor shards, experts) sharded over the ranks
+// that hold the same parameters. Each parameter is cut into N equal slices (the last padded);
+// the gradients are summed by a reduce-scatter, so rank r gets only the sum of its slice, updates
+// that slice with its own moments, and the updated slices are all-gathered back.
+// The easy thing to get wrong: a parameter no rank had a gradient for (an expert no token
+// reached) must be skipped entirely, step count included, as one rank's AdamW skips it; a
+// parameter only some ranks had one for is summed with zeros from the others.
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "nn/parameter.hpp"
+#include "optim/config.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace tinyscale::zero {
+
+/// AdamW with its moments sharded over `group`; every rank of the group passes the same
+/// parameters (names, shapes, order).
+class ShardedAdamW {
+public:
+  /// Allocates this rank's slices of the moments (zeros). `group` must outlive this.
+  ShardedAdamW(nn::ParameterList params, comm::Communicator& group,
+               const optim::OptimConfig& config);
+
+  /// Collective over the group: sums every gradient over the group by reduce-scatter; this rank
+  /// keeps the sum of its slice of each. Call once per step, after backward.
+  void reduce_gradients();
+  /// The sum of squares of this rank's reduced slices of the parameters for which `counted`
+  /// (given the parameter's index) is true; the slices of the group's ranks are disjoint.
+  double squares(const std::function<bool(std::size_t)>& counted) const;
+  /// Collective over the group: multiplies the reduced slices by `clip_factor`, updates this
+  /// rank's slice of every parameter some rank had a gradient for with AdamW at `lr`, all-gathers
+  /// the updated parameters and clears the gradients.
+  void step(double lr, double clip_factor);
+
+  const nn::ParameterList& parameters() const { return params_; }
+  /// Bytes of AdamW moments this rank holds (2 slices per parameter).
+  std::int64_t state_bytes() const;
+
+private:
+  nn::ParameterList params_;
+  comm::Communicator* group_;
+  optim::OptimConfig config_;
+  std::vector<std::int64_t> slice_;  // elements per rank of each parameter: ceil(numel / N)
+  std::vector<Tensor> grad_, m_, v_; // this rank's slices [slice_]
+  std::vector<std::int64_t> steps_;  // per-parameter AdamW step counts
+  std::vector<bool> had_grad_;       // this step: some rank of the group had a gradient
+};
+
+} // namespace tinyscale::zero
