@@ -12,3 +12,12 @@ foreach(tag IN LISTS TINYSCALE_MPI_TAGS)
     TIMEOUT 120
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1")
 endforeach()
+
+# Chapter 10's composed runs need 8 ranks (dp2 x tp2 x pp2): their own entry, -np 8.
+add_test(NAME mpi.4d
+         COMMAND ${TINYSCALE_MPIEXEC} --oversubscribe -np 8 $<TARGET_FILE:mpi_tests> "[4d]")
+set_tests_properties(mpi.4d PROPERTIES
+  LABELS mpi
+  RUN_SERIAL ON
+  TIMEOUT 180
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1")
