@@ -51,9 +51,17 @@ struct FourdLayout {
 /// What one rank trained: the step results and its own parameters (shards, experts).
 struct FourdRecord {
   std::vector<double> losses, grad_norms;
+  std::vector<std::int64_t> dropped; ///< per step, over every MoE layer of the whole batch
   std::vector<std::pair<std::string, std::vector<double>>> owned;
   int tp_rank = 0, tp = 1;
 };
+
+/// Assignments over capacity in a step, over every MoE layer.
+inline std::int64_t dropped_assignments(const train::StepResult& step) {
+  std::int64_t n = 0;
+  for (const nn::MoeLayerStats& s : step.moe) n += s.dropped;
+  return n;
+}
 
 /// This rank's side of a composed run on `world` (dp x tp x pp ranks).
 inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& config,
@@ -80,6 +88,7 @@ inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& con
     const train::StepResult step = trainer.train_step();
     r.losses.push_back(step.loss);
     r.grad_norms.push_back(step.grad_norm);
+    r.dropped.push_back(dropped_assignments(step));
   }
   for (const nn::NamedParameter* p : trainer.owned_parameters())
     r.owned.emplace_back(p->name, p->tensor.to_vector());
@@ -91,6 +100,7 @@ inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& con
 /// One rank with dp x m micro-batches: its step results and its parameters by name.
 struct FourdReference {
   RunRecord run;
+  std::vector<std::int64_t> dropped;
   std::map<std::string, Tensor> params;
 };
 
@@ -102,6 +112,7 @@ inline FourdReference fourd_reference(io::RunConfig config, int dp) {
     const train::StepResult step = trainer.train_step();
     ref.run.losses.push_back(step.loss);
     ref.run.grad_norms.push_back(step.grad_norm);
+    ref.dropped.push_back(dropped_assignments(step));
   }
   for (const nn::NamedParameter& p : trainer.model().parameters())
     ref.params[p.name] = p.tensor.detach().clone();
@@ -119,6 +130,7 @@ inline std::string compare_fourd(const FourdReference& want, const FourdRecord& 
   want_steps.params.clear();
   const std::string d = compare_runs(want_steps, steps, tolerance);
   if (!d.empty()) return d;
+  if (got.dropped != want.dropped) return "the MoE layers dropped other assignments than one rank";
   if (got.owned.empty()) return "this rank trains no parameter";
   for (const auto& [name, values] : got.owned) {
     const auto it = want.params.find(name);
