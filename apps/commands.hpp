@@ -37,6 +37,8 @@ void add_export_hf(CLI::App& app);
 void add_check(CLI::App& app);
 /// Adds `placement`: a mesh placed on a topology file, the links every group crosses.
 void add_placement(CLI::App& app);
+/// Adds `plan`: layouts of a model on a cluster ranked by predicted step time (chapter 09).
+void add_plan(CLI::App& app);
 /// Adds `schedule`: a pipeline schedule generated, validated and simulated, no model needed.
 void add_schedule(CLI::App& app);
 /// Adds `trace`: the timeline, step-time breakdown and overlap of a Chrome trace file.

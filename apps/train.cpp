@@ -662,6 +662,26 @@ void run_mesh_rank(const TrainOptions& opt, const io::RunConfig& config,
     text += buf;
   };
   run_loop(opt, config, trainer, step, root, world.size(), annotate);
+  // What each rank holds: its coordinates, the elements it trains and its AdamW state.
+  std::int64_t trained = 0;
+  for (const nn::NamedParameter* p : trainer.owned_parameters()) trained += p->tensor.numel();
+  const mesh::MeshCoord c = mesh.coord();
+  const std::vector<double> mine = {
+      static_cast<double>(c[mesh::Axis::Dp]), static_cast<double>(c[mesh::Axis::Ep]),
+      static_cast<double>(c[mesh::Axis::Tp]), static_cast<double>(c[mesh::Axis::Pp]),
+      static_cast<double>(trained),           static_cast<double>(trainer.optimizer_state_bytes())};
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(world.size()));
+  world.all_gather(mine.data(), all.data(), static_cast<std::int64_t>(mine.size()), DType::Float64);
+  if (!root) return;
+  std::printf("what each rank trains and holds (whole model: %lld elements; AdamW: 8 bytes per "
+              "element it updates):\n| rank | dp | ep | tp | pp | elements trained | AdamW state "
+              "KiB |\n|---|---|---|---|---|---|---|\n",
+              static_cast<long long>(parameter_count(trainer)));
+  for (int r = 0; r < world.size(); ++r) {
+    const double* v = all.data() + static_cast<std::size_t>(r) * mine.size();
+    std::printf("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f |\n", r, v[0], v[1], v[2], v[3],
+                v[4], v[5] / 1024.0);
+  }
 }
 
 void run_train(const TrainOptions& opt) {

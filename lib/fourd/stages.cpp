@@ -80,10 +80,14 @@ comm::Communicator* MeshStages::data_parallel_group(const std::string& name) con
 }
 
 bool MeshStages::counts_in_norm(const std::string& name, bool sharded) const {
+  // EXERCISE 10.1 begin: count each element of the whole gradient once
+  // Replicated over tp: one tp rank counts it. Dense and replicated over ep: one ep rank,
+  // unless ZeRO-1 sliced it over dp x ep (then each rank counts its own slice).
   if (tp::shard_spec(name).replicated() && axes_.tp->rank() != 0) return false;
   if (axes_.ep != nullptr && !is_expert_parameter(name) && !sharded && axes_.ep->rank() != 0)
     return false;
   return true;
+  // EXERCISE 10.1 end
 }
 
 std::vector<comm::Communicator*> MeshStages::norm_groups(bool sharded) const {

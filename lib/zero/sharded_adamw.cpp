@@ -72,6 +72,8 @@ void ShardedAdamW::step(double lr, double clip_factor) {
     if (!had_grad_[i]) continue;
     Tensor param = params_[i].tensor; // a handle: the model's own tensor
     const std::int64_t numel = param.numel(), S = slice_[i];
+    Tensor whole; // [N S]: every rank's updated slice, in rank order
+    // EXERCISE 10.3 begin: update this rank's slice with its moments, then gather every slice
     // this rank's slice of the parameter, updated in a copy, then everyone's slices gathered
     Tensor mine = slice(flat_padded(param.detach(), S * N), 0, r * S, (r + 1) * S).clone();
     Tensor g = grad_[i];
@@ -79,7 +81,8 @@ void ShardedAdamW::step(double lr, double clip_factor) {
     ++steps_[i];
     backend_of(mine).adamw_update(mine, m_[i], v_[i], g,
                                   optim::adamw_constants(config_, lr, steps_[i], params_[i].decay));
-    const Tensor whole = comm::all_gather(*group_, mine); // [N S]
+    whole = comm::all_gather(*group_, mine);
+    // EXERCISE 10.3 end
     std::memcpy(param.raw_data(), whole.raw_data(),
                 static_cast<std::size_t>(numel) * dtype_size(param.dtype()));
     grad_[i] = Tensor();

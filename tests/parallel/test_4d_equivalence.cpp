@@ -43,7 +43,8 @@ std::string fourd_difference(const io::RunConfig& config, const FourdLayout& l) 
 
 } // namespace
 
-TEST_CASE("dp2 x tp2 x pp2 with the MoE model and ep2 equals one rank after 3 steps", "[4d]") {
+TEST_CASE("dp2 x tp2 x pp2 with the MoE model and ep2 equals one rank after 3 steps",
+          "[4d][ex10.1]") {
   FourdLayout l;
   l.dp = 2, l.tp = 2, l.pp = 2, l.ep = 2;
   const io::RunConfig config = fourd_run_config(2, 2, true);
@@ -52,7 +53,7 @@ TEST_CASE("dp2 x tp2 x pp2 with the MoE model and ep2 equals one rank after 3 st
   CHECK(fourd_difference(config, l) == "");
 }
 
-TEST_CASE("dp2 x tp2 x pp2 with ZeRO-1 equals one rank after 3 steps", "[4d]") {
+TEST_CASE("dp2 x tp2 x pp2 with ZeRO-1 equals one rank after 3 steps", "[4d][ex10.1][ex10.3]") {
   FourdLayout l;
   l.dp = 2, l.tp = 2, l.pp = 2, l.zero = 1;
   CHECK(fourd_difference(fourd_run_config(2, 2, false), l) == "");

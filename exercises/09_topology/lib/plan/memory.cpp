@@ -1,0 +1,46 @@
+// Activation and parameter accounting of the planner (chapter 09). Exercise 9.2.
+#include "plan/memory.hpp"
+
+#include "core/error.hpp"
+
+namespace tinyscale::plan {
+
+double activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp,
+                                  Recompute recompute) {
+  TS_CHECK(micro_batch >= 1 && tp >= 1, "activation_bytes_per_layer: expected micro_batch >= 1 ",
+           "and tp >= 1, found b ", micro_batch, ", t ", tp);
+  const double s = static_cast<double>(m.seq), b = micro_batch, h = static_cast<double>(m.hidden);
+  const double a = m.heads, t = tp;
+  double bytes = 0;
+  // EXERCISE 9.2 begin: activation bytes of one layer (Korthikanti Table 2)
+  ::tinyscale::exercise_not_done("9.2", "ex09", __FILE__);
+  // EXERCISE 9.2 end
+  return bytes;
+}
+
+RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, int rank) {
+  const int p = layout.pp, v = layout.chunks;
+  TS_CHECK(m.layers % (p * v) == 0, "rank_parameters: expected layers divisible by pp x chunks, ",
+           "found ", m.layers, " layers, pp ", p, ", v ", v);
+  const int per_stage = m.layers / (p * v);
+  const double h = static_cast<double>(m.hidden);
+  RankParameters out;
+  for (int chunk = 0; chunk < v; ++chunk) {
+    const int first = (chunk * p + rank) * per_stage;
+    for (int layer = first; layer < first + per_stage; ++layer) {
+      out.dense += attention_parameters(m) / layout.tp;
+      if (m.experts > 0 && (layer + 1) % m.moe_every == 0) {
+        out.dense += h * m.experts; // the router is replicated
+        out.expert += static_cast<double>(m.experts) * mlp_parameters(m) / (layout.tp * layout.ep);
+      } else {
+        out.dense += mlp_parameters(m) / layout.tp;
+      }
+    }
+  }
+  const double embedding = static_cast<double>(m.vocab) * h / layout.tp; // vocab-parallel
+  if (rank == 0) out.dense += embedding + static_cast<double>(m.seq) * h;
+  if (rank == p - 1 && p > 1) out.dense += embedding; // the tied head's copy on the last stage
+  return out;
+}
+
+} // namespace tinyscale::plan

@@ -1,0 +1,46 @@
+// One candidate layout of the planner (chapter 09): the mesh sizes, the ZeRO stage, how the batch
+// is cut into micro-batches, the pipeline schedule and whether activations are recomputed.
+// The easy thing to get wrong: the global batch is dp x ep x micro_batch x micro_batches
+// sequences, because in tinyscale ep ranks read different samples (mesh/mesh.hpp).
+#pragma once
+
+#include "mesh/layout.hpp"
+#include "pp/schedule.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace tinyscale::plan {
+
+/// Activation recomputation: keep every activation, or keep each layer's input and recompute the
+/// rest in the backward (Chen et al. 2016; Narayanan et al. 2021).
+enum class Recompute { None, Full };
+/// "none" or "full".
+const char* recompute_name(Recompute r);
+
+/// A layout: everything the cost model needs besides the model and the cluster.
+struct PlanLayout {
+  int dp = 1, tp = 1, pp = 1, ep = 1;
+  int zero = 0;          ///< ZeRO stage 0-3 over the data-parallel group
+  int micro_batch = 1;   ///< b: sequences per micro-batch
+  int micro_batches = 1; ///< m: micro-batches per step and pipeline
+  pp::ScheduleKind schedule = pp::ScheduleKind::OneFOneB;
+  int chunks = 1; ///< v: model chunks per pipeline rank (interleaved only)
+  Recompute recompute = Recompute::None;
+  std::string order = mesh::kDefaultOrder; ///< rank order, innermost first
+
+  /// dp x tp x pp x ep.
+  int world() const { return dp * tp * pp * ep; }
+  /// dp x ep x b x m.
+  std::int64_t global_batch() const {
+    return static_cast<std::int64_t>(dp) * ep * micro_batch * micro_batches;
+  }
+  /// The mesh: sizes and order.
+  mesh::MeshLayout mesh() const;
+  /// "1f1b", "interleaved v2", or "-" when pp = 1 (no pipeline, no schedule to choose).
+  std::string schedule_text() const;
+  /// "tp 8 pp 4 dp 8 | b 1 m 64 | interleaved v2 | zero 1 | recompute full".
+  std::string describe() const;
+};
+
+} // namespace tinyscale::plan

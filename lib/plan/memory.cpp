@@ -1,0 +1,52 @@
+// Activation and parameter accounting of the planner (chapter 09). Exercise 9.2.
+#include "plan/memory.hpp"
+
+#include "core/error.hpp"
+
+namespace tinyscale::plan {
+
+double activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp,
+                                  Recompute recompute) {
+  TS_CHECK(micro_batch >= 1 && tp >= 1, "activation_bytes_per_layer: expected micro_batch >= 1 ",
+           "and tp >= 1, found b ", micro_batch, ", t ", tp);
+  const double s = static_cast<double>(m.seq), b = micro_batch, h = static_cast<double>(m.hidden);
+  const double a = m.heads, t = tp;
+  double bytes = 0;
+  // EXERCISE 9.2 begin: activation bytes of one layer (Korthikanti Table 2)
+  if (recompute == Recompute::Full) {
+    bytes = 2 * s * b * h; // only the layer's input, in 16 bits, replicated on every tp rank
+  } else {
+    // LayerNorms, dropout masks and the inputs of the QKV and first MLP matmuls (10 sbh) are
+    // replicated on every tp rank; the rest (24 sbh, and the s x s attention maps) is split.
+    bytes = s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+  }
+  // EXERCISE 9.2 end
+  return bytes;
+}
+
+RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, int rank) {
+  const int p = layout.pp, v = layout.chunks;
+  TS_CHECK(m.layers % (p * v) == 0, "rank_parameters: expected layers divisible by pp x chunks, ",
+           "found ", m.layers, " layers, pp ", p, ", v ", v);
+  const int per_stage = m.layers / (p * v);
+  const double h = static_cast<double>(m.hidden);
+  RankParameters out;
+  for (int chunk = 0; chunk < v; ++chunk) {
+    const int first = (chunk * p + rank) * per_stage;
+    for (int layer = first; layer < first + per_stage; ++layer) {
+      out.dense += attention_parameters(m) / layout.tp;
+      if (m.experts > 0 && (layer + 1) % m.moe_every == 0) {
+        out.dense += h * m.experts; // the router is replicated
+        out.expert += static_cast<double>(m.experts) * mlp_parameters(m) / (layout.tp * layout.ep);
+      } else {
+        out.dense += mlp_parameters(m) / layout.tp;
+      }
+    }
+  }
+  const double embedding = static_cast<double>(m.vocab) * h / layout.tp; // vocab-parallel
+  if (rank == 0) out.dense += embedding + static_cast<double>(m.seq) * h;
+  if (rank == p - 1 && p > 1) out.dense += embedding; // the tied head's copy on the last stage
+  return out;
+}
+
+} // namespace tinyscale::plan

@@ -1,0 +1,39 @@
+// The memory filter of the planner (chapter 09): the bytes one device holds for a layout, as the
+// training state (ZeRO's formulas, zero/memory.hpp, the code chapter 07 checks) plus activations
+// (Korthikanti et al. 2022, Table 2; THEORY.md sec. 4) times the micro-batches a pipeline rank
+// holds at its peak. The easy thing to get wrong: with full recompute a layer keeps only its input
+// (2 s b h bytes), but the backward rebuilds one whole layer's activations at a time, so that one
+// layer's full set is still needed on top.
+#pragma once
+
+#include "plan/layout.hpp"
+#include "plan/model.hpp"
+
+namespace tinyscale::plan {
+
+/// Activation bytes one layer keeps for the backward, per micro-batch of `micro_batch` sequences,
+/// on one of `tp` tensor-parallel ranks, with 16-bit activations and 1-byte dropout masks
+/// (Korthikanti et al. 2022, Table 2, no sequence parallelism):
+///  - Recompute::None: s b h (10 + 24/t + 5 a s / (h t))   (t = 1: s b h (34 + 5 a s / h))
+///  - Recompute::Full: 2 s b h (the layer's input only)
+double activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp,
+                                  Recompute recompute);
+
+/// The training state and activations of one pipeline rank of a layout.
+struct RankMemory {
+  double parameters = 0;  ///< parameters this device holds a copy or shard of (elements)
+  double state_bytes = 0; ///< weights + gradients + optimizer state (ZeRO formula)
+  double activation_bytes = 0;
+  double total() const { return state_bytes + activation_bytes; }
+};
+
+/// Parameters (elements) one device of pipeline rank `rank` holds before ZeRO: its layers' share
+/// (1/tp of each, 1/(tp ep) of each expert), plus the embeddings on rank 0 and the tied output
+/// embedding on the last rank (Megatron keeps a copy there when pp > 1).
+/// Returns {dense, expert} parameters.
+struct RankParameters {
+  double dense = 0, expert = 0;
+};
+RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, int rank);
+
+} // namespace tinyscale::plan

@@ -1,0 +1,58 @@
+// The planner's cost model (chapter 09): one layout's predicted step time, split into compute,
+// exposed communication per axis and pipeline bubble, its MFU and its memory per device.
+// Compute is matmul FLOPs at the device's sustained rate; tp, ep and pp communication is priced on
+// the link the placement report finds for each group; the pipeline runs in chapter 06's simulator
+// with those stage costs. The easy thing to get wrong: which communication hides. Here none does:
+// tp and ep collectives stall the layer that waits for them, and the dp/ZeRO gradient traffic runs
+// after the last backward, as in Megatron-LM's 2021 runs (Korthikanti et al. 2022, sec. 6.3).
+#pragma once
+
+#include "mesh/topology.hpp"
+#include "plan/collective.hpp"
+#include "plan/device.hpp"
+#include "plan/layout.hpp"
+#include "plan/model.hpp"
+
+#include <string>
+#include <vector>
+
+namespace tinyscale::plan {
+
+/// The machine a plan is for: a topology (rank r on device r) of identical devices.
+struct Cluster {
+  mesh::Topology topology;
+  Device device;
+  double memory_bytes = 0; ///< the budget per device (defaults to device.memory_bytes)
+};
+
+/// What one layout costs. Times are seconds per optimizer step; step = compute + tp + ep + pp +
+/// bubble + dp, each term measured on the busiest pipeline rank.
+struct Prediction {
+  PlanLayout layout;
+  double step_seconds = 0;
+  double compute_seconds = 0; ///< matmul time of the busiest rank, recompute included
+  double tp_seconds =
+      0; ///< tensor-parallel all-reduces (4 per layer per micro-batch, +2 recompute)
+  double ep_seconds = 0;        ///< expert all-to-alls (dispatch + combine, forward and backward)
+  double pp_seconds = 0;        ///< exposed send/recv: the makespan with p2p minus without
+  double bubble_seconds = 0;    ///< pipeline idle time of the busiest rank (simulated)
+  double dp_seconds = 0;        ///< gradient reduction / ZeRO traffic after the backward
+  double model_flops = 0;       ///< per step, all devices, no recompute
+  double hardware_flops = 0;    ///< per step, all devices, recompute included
+  double mfu = 0;               ///< model_flops / (step x devices x peak)
+  double tflops_per_device = 0; ///< hardware_flops / step / devices / 1e12 (Narayanan's metric)
+  double state_bytes = 0;       ///< of the device with the most memory
+  double activation_bytes = 0;  ///< of that device
+  double memory_bytes = 0;      ///< state + activations, the most of any device
+  bool fits = false;            ///< memory_bytes <= the cluster's budget
+  Link tp_link, pp_link, dp_link, ep_link; ///< the slowest link of each group (name "" : none)
+};
+
+/// Checks that `layout` can run `model` on `cluster` (sizes divide, the schedule is valid, the
+/// mesh fits on the topology) and throws naming the first problem.
+void check_layout(const ModelShape& model, const PlanLayout& layout, const Cluster& cluster);
+
+/// Predicts one layout (check_layout first).
+Prediction predict(const ModelShape& model, const PlanLayout& layout, const Cluster& cluster);
+
+} // namespace tinyscale::plan

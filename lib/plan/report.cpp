@@ -1,0 +1,219 @@
+// The planner's report (chapter 09): plain text tables and JSON.
+#include "plan/report.hpp"
+
+#include "core/error.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+namespace tinyscale::plan {
+
+namespace {
+
+std::string fixed(const char* format, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
+std::string seconds_text(double s) {
+  if (s == 0) return "0";
+  if (s < 1e-3) return fixed("%.3g us", s * 1e6);
+  if (s < 1) return fixed("%.3g ms", s * 1e3);
+  return fixed("%.3g s", s);
+}
+
+std::string share(double part, double whole) {
+  return whole > 0 ? fixed("%.1f%%", 100 * part / whole) : "-";
+}
+
+// A markdown table with columns padded to their widest cell.
+std::string table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width(rows.front().size(), 3);
+  for (const auto& row : rows)
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::string out;
+  auto line = [&](const std::vector<std::string>& row) {
+    out += "|";
+    for (std::size_t c = 0; c < row.size(); ++c)
+      out += " " + row[c] + std::string(width[c] - row[c].size(), ' ') + " |";
+    out += "\n";
+  };
+  line(rows.front());
+  out += "|";
+  for (std::size_t w : width) out += std::string(w + 2, '-') + "|";
+  out += "\n";
+  for (std::size_t r = 1; r < rows.size(); ++r) line(rows[r]);
+  return out;
+}
+
+std::string mesh_text(const PlanLayout& l) {
+  std::string text = detail::concat("tp ", l.tp, " pp ", l.pp, " dp ", l.dp);
+  if (l.ep > 1) text += detail::concat(" ep ", l.ep);
+  return text;
+}
+
+bool same_mesh(const PlanLayout& a, const PlanLayout& b) {
+  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.ep == b.ep;
+}
+
+std::vector<std::pair<std::string, double>> terms(const Prediction& p) {
+  return {{"compute", p.compute_seconds},     {"tp communication", p.tp_seconds},
+          {"ep communication", p.ep_seconds}, {"pp send/recv", p.pp_seconds},
+          {"bubble", p.bubble_seconds},       {"dp/ZeRO communication", p.dp_seconds}};
+}
+
+std::string link_text(const Link& link) {
+  if (link.name.empty()) return "none (1 rank)";
+  return link.name + " " + fixed("%g GB/s", link.bandwidth_gb_s);
+}
+
+} // namespace
+
+std::string format_plan(const Plan& plan, const Cluster& cluster, int top) {
+  std::vector<std::vector<std::string>> rows = {{"#", "mesh", "b x m", "schedule", "zero",
+                                                 "recompute", "step", "MFU", "memory/GPU",
+                                                 "compute", "tp", "pp", "dp", "ep", "bubble"}};
+  const int n = std::min<int>(top, static_cast<int>(plan.ranked.size()));
+  for (int i = 0; i < n; ++i) {
+    const Prediction& p = plan.ranked[static_cast<std::size_t>(i)];
+    const PlanLayout& l = p.layout;
+    const double s = p.step_seconds;
+    rows.push_back({std::to_string(i + 1), mesh_text(l),
+                    detail::concat(l.micro_batch, " x ", l.micro_batches), l.schedule_text(),
+                    std::to_string(l.zero), recompute_name(l.recompute), seconds_text(s),
+                    fixed("%.1f%%", 100 * p.mfu), fixed("%.1f GiB", p.memory_bytes / (1 << 30)),
+                    share(p.compute_seconds, s), share(p.tp_seconds, s), share(p.pp_seconds, s),
+                    share(p.dp_seconds, s), share(p.ep_seconds, s), share(p.bubble_seconds, s)});
+  }
+  std::string out = n > 0 ? table(rows) : "no layout fits in memory\n";
+  if (n > 0) {
+    const Prediction& best = plan.ranked.front();
+    out += "\nlinks of #1: tp " + link_text(best.tp_link) + ", pp " + link_text(best.pp_link) +
+           ", dp " + link_text(best.dp_link);
+    if (best.layout.ep > 1) out += ", ep " + link_text(best.ep_link);
+    out += "\n";
+  }
+  out += detail::concat(
+      "\nstep: predicted seconds per optimizer step = compute + tp + pp + dp + ep + bubble (the "
+      "columns, as shares of the step, on the busiest pipeline rank). compute: matmul FLOPs at ",
+      fixed("%.4g", cluster.device.kernel_flops / 1e12),
+      " TF/s sustained. MFU: model FLOPs (no recompute) / (step x GPUs x ",
+      fixed("%.4g", cluster.device.peak_flops / 1e12),
+      " TF/s peak). memory/GPU: training state (ZeRO formula) + activations (Korthikanti "
+      "Table 2) x micro-batches in flight; budget ",
+      fixed("%.1f GiB", cluster.memory_bytes / (1 << 30)), ".\n");
+  return out;
+}
+
+std::string explain_plan(const Plan& plan, const Cluster& cluster) {
+  std::string out = detail::concat(plan.evaluated, " layouts predicted, ", plan.too_big,
+                                   " dropped by the memory filter (budget ",
+                                   fixed("%.1f GiB", cluster.memory_bytes / (1 << 30)), ")");
+  if (plan.ranked.empty()) {
+    if (plan.too_big > 0)
+      out += detail::concat("; the smallest needs ",
+                            fixed("%.1f GiB", plan.smallest_misfit.memory_bytes / (1 << 30)),
+                            " per GPU (", plan.smallest_misfit.layout.describe(),
+                            "): use more GPUs, ZeRO, recompute or a smaller micro-batch");
+    return out + ".\n";
+  }
+  out += ".\n";
+  const Prediction& best = plan.ranked.front();
+  out += detail::concat("Best: ", best.layout.describe(), ": ", seconds_text(best.step_seconds),
+                        " per step, MFU ", fixed("%.1f%%", 100 * best.mfu), ".");
+  const Prediction* runner = nullptr;
+  for (const Prediction& p : plan.ranked)
+    if (!same_mesh(p.layout, best.layout)) {
+      runner = &p;
+      break;
+    }
+  if (runner == nullptr) return out + " No other mesh shape fits.\n";
+  const double slower = runner->step_seconds / best.step_seconds - 1;
+  out += detail::concat(" The best other mesh shape, ", runner->layout.describe(), ", is ",
+                        fixed("%.1f%%", 100 * slower), " slower (",
+                        seconds_text(runner->step_seconds), ").");
+  // The terms on which the runner-up loses most, and the one where it gains most.
+  auto a = terms(best), b = terms(*runner);
+  std::vector<std::pair<double, std::string>> diffs;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    diffs.push_back({b[i].second - a[i].second, a[i].first});
+  std::sort(diffs.begin(), diffs.end());
+  const auto& loss = diffs.back();
+  const auto& gain = diffs.front();
+  if (loss.first > 0) {
+    std::string line = " It loses most on " + loss.second + ": ";
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i].first == loss.second)
+        line += seconds_text(b[i].second) + " against " + seconds_text(a[i].second);
+    out += line + ".";
+  }
+  if (gain.first < 0) {
+    std::string line = " It gains on " + gain.second + ": ";
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i].first == gain.second)
+        line += seconds_text(b[i].second) + " against " + seconds_text(a[i].second);
+    out += line + ", not enough to make up.";
+  }
+  return out + "\n";
+}
+
+std::string plan_json(const Plan& plan, const ModelShape& model, const Cluster& cluster, int top) {
+  nlohmann::json j;
+  j["model"] = {{"name", model.name},
+                {"layers", model.layers},
+                {"hidden", model.hidden},
+                {"heads", model.heads},
+                {"vocab", model.vocab},
+                {"seq", model.seq},
+                {"experts", model.experts},
+                {"top_k", model.top_k},
+                {"parameters", total_parameters(model)}};
+  j["cluster"] = {{"topology", cluster.topology.name},
+                  {"devices", cluster.topology.device_count()},
+                  {"device", cluster.device.name},
+                  {"peak_flops", cluster.device.peak_flops},
+                  {"kernel_flops", cluster.device.kernel_flops},
+                  {"memory_bytes", cluster.memory_bytes}};
+  j["evaluated"] = plan.evaluated;
+  j["too_big"] = plan.too_big;
+  nlohmann::json layouts = nlohmann::json::array();
+  const std::size_t n =
+      top <= 0 ? plan.ranked.size()
+               : std::min<std::size_t>(static_cast<std::size_t>(top), plan.ranked.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const Prediction& p = plan.ranked[i];
+    const PlanLayout& l = p.layout;
+    layouts.push_back({{"rank", i + 1},
+                       {"layout", l.describe()},
+                       {"dp", l.dp},
+                       {"tp", l.tp},
+                       {"pp", l.pp},
+                       {"ep", l.ep},
+                       {"zero", l.zero},
+                       {"micro_batch", l.micro_batch},
+                       {"micro_batches", l.micro_batches},
+                       {"schedule", l.schedule_text()},
+                       {"chunks", l.chunks},
+                       {"recompute", recompute_name(l.recompute)},
+                       {"step_seconds", p.step_seconds},
+                       {"compute_seconds", p.compute_seconds},
+                       {"tp_seconds", p.tp_seconds},
+                       {"pp_seconds", p.pp_seconds},
+                       {"dp_seconds", p.dp_seconds},
+                       {"ep_seconds", p.ep_seconds},
+                       {"bubble_seconds", p.bubble_seconds},
+                       {"mfu", p.mfu},
+                       {"tflops_per_device", p.tflops_per_device},
+                       {"memory_bytes", p.memory_bytes},
+                       {"state_bytes", p.state_bytes},
+                       {"activation_bytes", p.activation_bytes}});
+  }
+  j["layouts"] = layouts;
+  return j.dump(1) + "\n";
+}
+
+} // namespace tinyscale::plan

@@ -1,0 +1,41 @@
+// The planner's search (chapter 09): every layout of a model on a number of devices that the
+// sizes allow, predicted, filtered by memory and ranked by step time. The easy thing to get
+// wrong: a layout that does not fit is not "slow", it cannot run; it is counted and left out,
+// never ranked.
+#pragma once
+
+#include "plan/predict.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace tinyscale::plan {
+
+/// What to search over; an empty list means every value the model and the device count allow.
+struct SearchSpace {
+  int devices = 0;        ///< dp x tp x pp x ep, exactly
+  std::int64_t batch = 0; ///< global batch, sequences
+  std::vector<int> tp{}, pp{}, ep{}, zero{};
+  std::vector<pp::ScheduleKind> schedules{}; ///< for pp > 1
+  std::vector<int> micro_batch_sizes = {1, 2, 4, 8};
+  std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};
+  int max_chunks = 4; ///< interleaved: v from 2 up to this (dividing the layers per stage)
+  std::string order = mesh::kDefaultOrder;
+};
+
+/// The outcome of a search.
+struct Plan {
+  std::vector<Prediction> ranked; ///< the layouts that fit, fastest first
+  int evaluated = 0;              ///< layouts predicted
+  int too_big = 0;                ///< layouts dropped by the memory filter
+  Prediction smallest_misfit;     ///< the dropped layout with the least memory (when too_big > 0)
+};
+
+/// Every layout the space allows, as PlanLayouts (sizes checked, not yet predicted).
+std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchSpace& space);
+
+/// Predicts every layout of `space`, drops those over the memory budget and ranks the rest.
+/// Throws when the space holds no layout at all (naming why: batch, heads, layers, devices).
+Plan search(const ModelShape& model, const Cluster& cluster, const SearchSpace& space);
+
+} // namespace tinyscale::plan
