@@ -497,6 +497,17 @@ std::string formula_text(double formula) {
   return buf;
 }
 
+// Collective: every rank's pipeline actions, written by world rank 0 as one Chrome trace.
+void write_pipeline_trace(const std::string& path, comm::Communicator& world,
+                          const metrics::TraceRecorder& trace) {
+  const std::vector<metrics::TraceEvent> events = metrics::gather_events(world, trace.events());
+  if (world.rank() != 0) return;
+  metrics::write_chrome_trace(path, events);
+  std::printf("trace: %s (%zu events; open it in https://ui.perfetto.dev or run `tinyscale "
+              "trace %s`)\n",
+              path.c_str(), events.size(), path.c_str());
+}
+
 void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Communicator& world) {
   const int dp = std::max(1, opt.dp);
   TS_CHECK(world.size() == opt.pp * dp, "train: expected ", opt.pp * dp,
@@ -559,16 +570,7 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
     text += buf;
   };
   run_loop(opt, config, trainer, step, root, world.size(), annotate);
-  if (trace_on) {
-    const std::vector<metrics::TraceEvent> events =
-        metrics::gather_events(world, trace_on->events());
-    if (root) {
-      metrics::write_chrome_trace(opt.trace_path, events);
-      std::printf("trace: %s (%zu events; open it in https://ui.perfetto.dev or run `tinyscale "
-                  "trace %s`)\n",
-                  opt.trace_path.c_str(), events.size(), opt.trace_path.c_str());
-    }
-  }
+  if (trace_on) write_pipeline_trace(opt.trace_path, world, *trace_on);
   if (!root) return;
   std::printf("the last step's bubble per rank (idle over the makespan of %.1f ms), measured and "
               "simulated from the step's mean costs (F %.2f, B %.2f, W %.2f ms per stage):\n"
@@ -602,10 +604,18 @@ void run_mesh_rank(const TrainOptions& opt, const io::RunConfig& config,
   TS_CHECK(config.train.checkpoint_every == 0 && opt.resume.empty() && !opt.resume_latest,
            "train: this version does not checkpoint or resume a composed run; set ",
            "train.checkpoint_every = 0 and leave --resume out");
+  TS_CHECK(
+      config.train.device == "cpu", "train: train.device = \"", config.train.device,
+      "\": a composed run (chapter 10) runs on the CPU in this version (its pipeline executor ",
+      "keeps activations in host memory); on a GPU run one parallelism at a time");
+  TS_CHECK(opt.pp_blocks != "measured", "train: --pp-blocks measured times the layers of one ",
+           "rank's whole model, not of a composed run's shards; give the cut by hand (e.g. ",
+           "--pp-blocks 3,2) or leave it out for an even one");
   if (opt.ep > 1) ep::check_ep_layout(config, D, opt.ep);
   tp::check_tp_layout(config.model, config.train.seq_len, opt.tp, opt.sequence_parallel);
   pp::PipelineOptions options;
-  options.schedule = opt.pp > 1 ? pp::parse_schedule(opt.schedule) : pp::ScheduleKind::GPipe;
+  // one stage: 1F1B is plain gradient accumulation (one micro-batch's activations at a time)
+  options.schedule = pp::parse_schedule(opt.schedule);
   options.chunks = opt.chunks;
   options.zero = opt.zero;
   if (!opt.pp_blocks.empty()) options.blocks_per_stage = pp::parse_blocks_per_stage(opt.pp_blocks);
@@ -622,15 +632,18 @@ void run_mesh_rank(const TrainOptions& opt, const io::RunConfig& config,
     axes.capacity = ep::parse_capacity_scope(opt.ep_capacity);
   }
   auto model = std::make_unique<fourd::MeshStages>(config, axes);
-  pp::PipelineTrainer trainer(config, mesh.group(mesh::Axis::Pp), options, nullptr,
-                              &mesh.group("dp x cp x ep"), std::move(model));
+  std::optional<metrics::TraceRecorder> trace_on;
+  if (!opt.trace_path.empty()) trace_on.emplace(world.rank(), metrics::synchronized_origin(world));
+  pp::PipelineTrainer trainer(config, mesh.group(mesh::Axis::Pp), options,
+                              trace_on ? &*trace_on : nullptr, &mesh.group("dp x cp x ep"),
+                              std::move(model));
   const bool root = world.rank() == 0;
   if (root) {
     std::printf("composed: %s, %s | dp %d (ep %d inside) x tp %d%s x pp %d (%s) | zero %d | %lld "
                 "micro-batches of %lld rows per pipeline | stages %s\n",
                 layout.describe().c_str(), world.backend(), D, opt.ep, opt.tp,
                 opt.sequence_parallel ? " with sp" : "", opt.pp,
-                opt.pp > 1 ? opt.schedule.c_str() : "one stage", opt.zero,
+                opt.pp > 1 ? opt.schedule.c_str() : "one stage, micro-batches in turn", opt.zero,
                 static_cast<long long>(config.train.micro_batches),
                 static_cast<long long>(config.train.batch_size / (D * config.train.micro_batches)),
                 trainer.partition().describe().c_str());
@@ -662,6 +675,7 @@ void run_mesh_rank(const TrainOptions& opt, const io::RunConfig& config,
     text += buf;
   };
   run_loop(opt, config, trainer, step, root, world.size(), annotate);
+  if (trace_on) write_pipeline_trace(opt.trace_path, world, *trace_on);
   // What each rank holds: its coordinates, the elements it trains and its AdamW state.
   std::int64_t trained = 0;
   for (const nn::NamedParameter* p : trainer.owned_parameters()) trained += p->tensor.numel();
@@ -673,10 +687,11 @@ void run_mesh_rank(const TrainOptions& opt, const io::RunConfig& config,
   std::vector<double> all(mine.size() * static_cast<std::size_t>(world.size()));
   world.all_gather(mine.data(), all.data(), static_cast<std::int64_t>(mine.size()), DType::Float64);
   if (!root) return;
-  std::printf("what each rank trains and holds (whole model: %lld elements; AdamW: 8 bytes per "
-              "element it updates):\n| rank | dp | ep | tp | pp | elements trained | AdamW state "
-              "KiB |\n|---|---|---|---|---|---|---|\n",
-              static_cast<long long>(parameter_count(trainer)));
+  std::printf(
+      "what each rank trains and holds (whole model: %lld elements; AdamW in fp32: 8 "
+      "bytes per element it updates):\n| rank | dp | ep | tp | pp | elements trained | AdamW state "
+      "KiB |\n|---|---|---|---|---|---|---|\n",
+      static_cast<long long>(parameter_count(trainer)));
   for (int r = 0; r < world.size(); ++r) {
     const double* v = all.data() + static_cast<std::size_t>(r) * mine.size();
     std::printf("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f |\n", r, v[0], v[1], v[2], v[3],
@@ -701,9 +716,9 @@ void run_train(const TrainOptions& opt) {
            "need --pp 2 or more, found --pp ",
            opt.pp);
   if (composed(opt)) {
-    TS_CHECK(opt.zero <= 1, "train: --zero ", opt.zero, " with --tp, --pp or --ep: this version ",
-             "composes ZeRO stage 1 only (stages 2 and 3 run over --dp alone, chapter 07); use ",
-             "--zero 1");
+    TS_CHECK(opt.zero <= 1, "train: --zero ", opt.zero, " in a composed run (--tp, --pp, --ep, ",
+             "--order or --topology): this version composes ZeRO stage 1 only (stages 2 and 3 ",
+             "run over --dp alone, chapter 07); use --zero 1");
     const int D = opt.dp > 0 ? opt.dp : opt.ep;
     comm::run_world(backend, D * opt.tp * opt.pp,
                     [&](comm::Communicator& world) { run_mesh_rank(opt, config, world); });

@@ -43,6 +43,9 @@ struct FourdLayout {
   std::string order = "tp-cp-ep-dp-pp";
   pp::ScheduleKind schedule = pp::ScheduleKind::OneFOneB;
   int chunks = 1;
+  /// Global: an expert's capacity counts the ep group's micro-batches together (chapter 08);
+  /// the reference is then one rank with dp / ep x m micro-batches of ep x b rows.
+  ep::CapacityScope capacity = ep::CapacityScope::Local;
   /// For tests only: sum the experts' gradients over every data-parallel rank (dp x ep) instead
   /// of the ranks holding the same experts: the negative control.
   bool experts_over_dense_group = false;
@@ -73,8 +76,9 @@ inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& con
   axes.sequence_parallel = l.sequence_parallel;
   if (l.ep > 1) {
     axes.ep = &mesh.group(mesh::Axis::Ep);
-    axes.expert_data_parallel =
-        l.experts_over_dense_group ? &mesh.group("dp x cp x ep") : &mesh.group("dp x cp");
+    axes.expert_data_parallel = &mesh.group("dp x cp");
+    axes.capacity = l.capacity;
+    axes.experts_over_dense_group = l.experts_over_dense_group;
   }
   pp::PipelineOptions options;
   options.schedule = l.schedule;
@@ -104,8 +108,10 @@ struct FourdReference {
   std::map<std::string, Tensor> params;
 };
 
-inline FourdReference fourd_reference(io::RunConfig config, int dp) {
-  config.train.micro_batches *= dp;
+/// `split`: how many micro-batches one rank runs per micro-batch of the composed run (dp, or
+/// dp / ep with global capacity).
+inline FourdReference fourd_reference(io::RunConfig config, int split) {
+  config.train.micro_batches *= split;
   train::Trainer trainer(config);
   FourdReference ref;
   for (int s = 0; s < config.train.steps; ++s) {

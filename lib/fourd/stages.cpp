@@ -64,6 +64,15 @@ std::int64_t MeshStages::positions(std::int64_t seq_len) const {
   return axes_.sequence_parallel ? seq_len / axes_.tp->size() : seq_len;
 }
 
+std::int64_t MeshStages::first_row(int micro_batch, std::int64_t rows, int micro_batches,
+                                   int data_parallel_rank) const {
+  if (axes_.ep == nullptr)
+    return pp::StageModel::first_row(micro_batch, rows, micro_batches, data_parallel_rank);
+  // expert-data-parallel group g, micro-batch j, ep rank i: rows from ((g m + j) ep + i) rows
+  const std::int64_t g = axes_.expert_data_parallel->rank(), i = axes_.ep->rank();
+  return ((g * micro_batches + micro_batch) * axes_.ep->size() + i) * rows;
+}
+
 void MeshStages::reduce_within_stage(const std::vector<const nn::NamedParameter*>& owned) {
   if (!axes_.sequence_parallel) return;
   // the sequence-parallel parameters of this rank's stages, in the model's order on every rank
@@ -76,7 +85,13 @@ void MeshStages::reduce_within_stage(const std::vector<const nn::NamedParameter*
 }
 
 comm::Communicator* MeshStages::data_parallel_group(const std::string& name) const {
-  return axes_.ep != nullptr && is_expert_parameter(name) ? axes_.expert_data_parallel : nullptr;
+  // without ep (or in the negative control) every parameter over the pipeline's dp group
+  if (axes_.ep == nullptr || axes_.experts_over_dense_group) return nullptr;
+  // EXERCISE 10.2 begin: the group that sums an expert's gradient
+  // An expert lives on one ep rank of each ep group: only the ranks holding the same expert
+  // (dp x cp) sum it; everything else goes over the pipeline's own group (dp x cp x ep).
+  return is_expert_parameter(name) ? axes_.expert_data_parallel : nullptr;
+  // EXERCISE 10.2 end
 }
 
 bool MeshStages::counts_in_norm(const std::string& name, bool sharded) const {
@@ -95,16 +110,6 @@ std::vector<comm::Communicator*> MeshStages::norm_groups(bool sharded) const {
   if (axes_.tp->size() > 1) out.push_back(axes_.tp);
   if (axes_.ep != nullptr && axes_.ep->size() > 1 && !sharded) out.push_back(axes_.ep);
   return out;
-}
-
-std::vector<ep::EpLayerLoad> MeshStages::load() const {
-  std::vector<ep::EpLayerLoad> out;
-  for (const auto& l : loads_) out.push_back(*l);
-  return out;
-}
-
-void MeshStages::reset_load() {
-  for (auto& l : loads_) l->reset();
 }
 
 } // namespace tinyscale::fourd

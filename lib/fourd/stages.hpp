@@ -32,6 +32,9 @@ struct MeshAxes {
   comm::Communicator* expert_data_parallel = nullptr;
   ep::PlacementKind placement = ep::PlacementKind::Contiguous;
   ep::CapacityScope capacity = ep::CapacityScope::Local;
+  /// For tests only: sum the experts' gradients over the pipeline's data-parallel group
+  /// (dp x cp x ep) like every other gradient, the mistake of the negative control.
+  bool experts_over_dense_group = false;
 };
 
 /// Whether `name` is an expert's parameter (h.N.mlp.experts.e.*).
@@ -51,15 +54,16 @@ public:
                               const nn::ForwardContext& ctx) const override;
   Tensor loss(const Tensor& x, const Tensor& targets) const override;
   std::int64_t positions(std::int64_t seq_len) const override;
+  /// With ep: chapter 08's rows, so that one micro-batch of an ep group is one micro-batch of
+  /// one rank with ep x rows rows (what global capacity pools).
+  std::int64_t first_row(int micro_batch, std::int64_t rows, int micro_batches,
+                         int data_parallel_rank) const override;
   void reduce_within_stage(const std::vector<const nn::NamedParameter*>& owned) override;
   comm::Communicator* data_parallel_group(const std::string& name) const override;
   bool counts_in_norm(const std::string& name, bool sharded) const override;
   std::vector<comm::Communicator*> norm_groups(bool sharded) const override;
 
   const tp::TpGPT& model() const { return model_; }
-  /// This rank's expert-parallel load of every MoE layer since the last reset_load().
-  std::vector<ep::EpLayerLoad> load() const;
-  void reset_load();
 
 private:
   MeshAxes axes_;

@@ -166,12 +166,10 @@ void MeshLayout::check_rank(int rank) const {
 MeshCoord MeshLayout::coord(int rank) const {
   check_rank(rank);
   MeshCoord c;
-  // EXERCISE 10.2 begin: a rank's coordinates (the mixed-radix digits, innermost axis first)
   for (Axis a : order_) {
     c[a] = rank % shape_[a];
     rank /= shape_[a];
   }
-  // EXERCISE 10.2 end
   return c;
 }
 

@@ -35,6 +35,12 @@ public:
   /// Positions of the residual stream this rank holds of a sequence of `seq_len` (what the
   /// stages send each other): seq_len, or seq_len / t with sequence parallelism.
   virtual std::int64_t positions(std::int64_t seq_len) const { return seq_len; }
+  /// The first row of the global batch in micro-batch `micro_batch` (of `micro_batches`, each
+  /// `rows` rows) of data-parallel rank `data_parallel_rank`: chapter 04's contiguous rows.
+  virtual std::int64_t first_row(int micro_batch, std::int64_t rows, int micro_batches,
+                                 int data_parallel_rank) const {
+    return (static_cast<std::int64_t>(data_parallel_rank) * micro_batches + micro_batch) * rows;
+  }
 
   // ---- the other axes of a composed run (chapter 10); one rank's nn::GPT has none ---------
   /// Collective: the sums of gradients inside a stage, before the data-parallel sums (sequence

@@ -74,7 +74,7 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
   const std::int64_t D = data_parallel_ != nullptr ? data_parallel_->size() : 1;
   const train::TrainConfig& t = trainer_.config().train;
   rows_ = t.batch_size / (D * t.micro_batches);
-  first_row_ = d * t.micro_batches * rows_;
+  data_parallel_rank_ = static_cast<int>(d);
   loss_divisor_ = static_cast<double>(D * t.micro_batches);
   if (options_.measured_partition && options_.blocks_per_stage.empty()) {
     // rank 0 of pipeline 0 measures; every rank cuts with the same numbers
@@ -109,10 +109,13 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
     for (const nn::NamedParameter& p : mine) {
       comm::Communicator* g = model_->data_parallel_group(p.name);
       if (g == nullptr) g = data_parallel_;
-      if (std::find(groups.begin(), groups.end(), g) == groups.end())
-        groups.push_back(g), lists.emplace_back();
-      lists[static_cast<std::size_t>(std::find(groups.begin(), groups.end(), g) - groups.begin())]
-          .push_back(p);
+      auto at = std::find(groups.begin(), groups.end(), g);
+      if (at == groups.end()) {
+        groups.push_back(g);
+        lists.emplace_back();
+        at = groups.end() - 1;
+      }
+      lists[static_cast<std::size_t>(at - groups.begin())].push_back(p);
     }
     for (std::size_t i = 0; i < groups.size(); ++i)
       sharded_.push_back(std::make_unique<zero::ShardedAdamW>(lists[i], *groups[i], oc));
@@ -178,7 +181,10 @@ LayerCosts measure_layer_costs(train::Trainer& trainer, std::int64_t rows) {
       tinyscale::backward(root);
     }));
   out.head = seconds([&] { tinyscale::backward(cross_entropy(model.head(leaf()), b.targets)); });
-  trainer.zero_grad();
+  for (const nn::NamedParameter& p : model.parameters()) { // (the pipeline owns the optimizer)
+    Tensor param = p.tensor;                               // a handle: the model's own tensor
+    param.set_grad(Tensor());
+  }
   return out;
 }
 
@@ -209,7 +215,8 @@ void PipelineTrainer::forward(const Action& a, MicroBatchState& st, train::StepR
   const StageModel& model = *model_;
   const int v = schedule_.virtual_stage(rank_, a.chunk);
   const int last = schedule_.virtual_stages() - 1;
-  const std::int64_t row_begin = first_row_ + a.micro_batch * rows_;
+  const std::int64_t row_begin =
+      model.first_row(a.micro_batch, rows_, schedule_.micro_batches, data_parallel_rank_);
   const double m = loss_divisor_; // one rank with D x m micro-batches divides by that
   nn::ForwardContext ctx{true, t.seed, trainer_.step(), row_begin, nullptr};
   data::Batch batch;
@@ -447,8 +454,10 @@ void PipelineTrainer::reduce_moe_stats(train::StepResult& r) {
     const std::size_t i =
         static_cast<std::size_t>(std::find(layers.begin(), layers.end(), s.layer) - layers.begin());
     double* row = flat.data() + i * width;
-    row[0] = static_cast<double>(s.assignments), row[1] = static_cast<double>(s.dropped);
-    row[2] = s.aux_loss, row[3] = s.z_loss;
+    row[0] = static_cast<double>(s.assignments);
+    row[1] = static_cast<double>(s.dropped);
+    row[2] = s.aux_loss;
+    row[3] = s.z_loss;
     for (std::size_t e = 0; e < E; ++e) row[4 + e] = static_cast<double>(s.tokens_per_expert[e]);
   }
   Tensor all =
@@ -461,9 +470,10 @@ void PipelineTrainer::reduce_moe_stats(train::StepResult& r) {
     const double* row = flat.data() + i * width;
     nn::MoeLayerStats s;
     s.layer = layers[i];
-    s.assignments = static_cast<std::int64_t>(row[0]),
+    s.assignments = static_cast<std::int64_t>(row[0]);
     s.dropped = static_cast<std::int64_t>(row[1]);
-    s.aux_loss = row[2], s.z_loss = row[3];
+    s.aux_loss = row[2];
+    s.z_loss = row[3];
     for (std::size_t e = 0; e < E; ++e)
       s.tokens_per_expert.push_back(static_cast<std::int64_t>(row[4 + e]));
     r.moe.push_back(s);

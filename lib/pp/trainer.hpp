@@ -136,6 +136,8 @@ public:
   BubbleReport bubble_report();
   /// Whether this rank trains parameter `name` (the tied wte: the first and the last stage).
   bool owns(const std::string& name) const;
+  /// The config, data, step count and learning-rate schedule. Its nn::GPT is the model of
+  /// GptStages; its optimizer is empty (OptimizerOwner::Caller): this class steps its own.
   const train::Trainer& trainer() const { return trainer_; }
   std::int64_t step() const { return trainer_.step(); }
 
@@ -163,7 +165,7 @@ private:
   LayerCosts layer_costs_;
   int rank_ = 0;
   std::int64_t rows_ = 0;      ///< rows per micro-batch
-  std::int64_t first_row_ = 0; ///< this pipeline's first row of the global batch
+  int data_parallel_rank_ = 0; ///< this pipeline's index d (its rows: StageModel::first_row)
   double loss_divisor_ = 1;    ///< micro-batches of the whole step: m x data-parallel size
   MeasuredStep measured_;
   MemoryCounter activations_;

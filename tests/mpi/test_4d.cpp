@@ -13,22 +13,25 @@ namespace {
 constexpr double kTolerance = 1e-5;
 } // namespace
 
-TEST_CASE("mpi: dp2 x tp2 x pp2 with the MoE model and ep2 equals one rank", "[4d]") {
+// This rank against one rank with dp x m micro-batches.
+std::string mpi_difference(const io::RunConfig& config, const FourdLayout& l) {
   auto world = mpi_world(std::chrono::seconds(60));
-  REQUIRE(world->size() == 8);
-  FourdLayout l;
-  l.dp = 2, l.tp = 2, l.pp = 2, l.ep = 2;
-  const io::RunConfig config = fourd_run_config(2, 2, true);
-  const FourdReference want = fourd_reference(config, 2);
-  CHECK(compare_fourd(want, fourd_run(*world, config, l), kTolerance) == "");
+  REQUIRE(world->size() == l.dp * l.tp * l.pp);
+  const FourdReference want = fourd_reference(config, l.dp);
+  return compare_fourd(want, fourd_run(*world, config, l), kTolerance);
+}
+
+TEST_CASE("mpi: dp2 x tp2 x pp2 with the MoE model and ep2 equals one rank", "[4d]") {
+  CHECK(mpi_difference(fourd_run_config(2, 2, true), {.dp = 2, .tp = 2, .pp = 2, .ep = 2}) == "");
 }
 
 TEST_CASE("mpi: dp2 x tp2 x pp2 with ZeRO-1 equals one rank", "[4d]") {
-  auto world = mpi_world(std::chrono::seconds(60));
-  REQUIRE(world->size() == 8);
-  FourdLayout l;
-  l.dp = 2, l.tp = 2, l.pp = 2, l.zero = 1;
-  const io::RunConfig config = fourd_run_config(2, 2, false);
-  const FourdReference want = fourd_reference(config, 2);
-  CHECK(compare_fourd(want, fourd_run(*world, config, l), kTolerance) == "");
+  CHECK(mpi_difference(fourd_run_config(2, 2, false), {.dp = 2, .tp = 2, .pp = 2, .zero = 1}) ==
+        "");
+}
+
+TEST_CASE("mpi: dp4 with ep2 x pp2 and ZeRO-1 equals one rank (two copies of each expert)",
+          "[4d]") {
+  CHECK(mpi_difference(fourd_run_config(4, 2, true),
+                       {.dp = 4, .pp = 2, .ep = 2, .zero = 1, .order = "ep-dp-pp"}) == "");
 }

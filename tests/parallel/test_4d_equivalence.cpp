@@ -32,7 +32,8 @@ std::vector<FourdRecord> threads_fourd_run(const io::RunConfig& config, const Fo
 
 // "" when every rank equals one rank, else the first rank's difference.
 std::string fourd_difference(const io::RunConfig& config, const FourdLayout& l) {
-  const FourdReference want = fourd_reference(config, l.dp);
+  const bool pooled = l.capacity == ep::CapacityScope::Global;
+  const FourdReference want = fourd_reference(config, pooled ? l.dp / l.ep : l.dp);
   const std::vector<FourdRecord> got = threads_fourd_run(config, l);
   for (std::size_t r = 0; r < got.size(); ++r) {
     const std::string d = compare_fourd(want, got[r], kTolerance);
@@ -44,64 +45,95 @@ std::string fourd_difference(const io::RunConfig& config, const FourdLayout& l) 
 } // namespace
 
 TEST_CASE("dp2 x tp2 x pp2 with the MoE model and ep2 equals one rank after 3 steps",
-          "[4d][ex10.1]") {
-  FourdLayout l;
-  l.dp = 2, l.tp = 2, l.pp = 2, l.ep = 2;
+          "[4d][ex10.2]") {
   const io::RunConfig config = fourd_run_config(2, 2, true);
-  CHECK(fourd_difference(config, l) == "");
-  l.zero = 1; // the same with ZeRO-1: dense state over dp x ep, experts' over dp
-  CHECK(fourd_difference(config, l) == "");
+  CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2, .ep = 2}) == "");
+  // the same with ZeRO-1: the dense state sliced over dp x ep, the experts' over dp
+  CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2, .ep = 2, .zero = 1}) == "");
 }
 
-TEST_CASE("dp2 x tp2 x pp2 with ZeRO-1 equals one rank after 3 steps", "[4d][ex10.1][ex10.3]") {
-  FourdLayout l;
-  l.dp = 2, l.tp = 2, l.pp = 2, l.zero = 1;
-  CHECK(fourd_difference(fourd_run_config(2, 2, false), l) == "");
-  l.zero = 0;
-  CHECK(fourd_difference(fourd_run_config(2, 2, false), l) == "");
+TEST_CASE("dp2 x tp2 x pp2 on the dense model equals one rank after 3 steps", "[4d][ex10.1]") {
+  CHECK(fourd_difference(fourd_run_config(2, 2, false), {.dp = 2, .tp = 2, .pp = 2}) == "");
+}
+
+TEST_CASE("dp2 x tp2 x pp2 with ZeRO-1 equals one rank after 3 steps", "[4d]") {
+  CHECK(fourd_difference(fourd_run_config(2, 2, false), {.dp = 2, .tp = 2, .pp = 2, .zero = 1}) ==
+        "");
+}
+
+TEST_CASE("Experts with two data-parallel copies: dp4 with ep2, with ZeRO-1 and with global "
+          "capacity, equal one rank",
+          "[4d]") {
+  // dp 4 with ep 2: each expert on 2 ranks, its gradient summed (and its state sliced) over them
+  CHECK(fourd_difference(fourd_run_config(4, 2, true),
+                         {.dp = 4, .pp = 2, .ep = 2, .zero = 1, .order = "ep-dp-pp"}) == "");
+  // global capacity pools the ep group's micro-batches: chapter 08's rows (ep consecutive blocks)
+  CHECK(fourd_difference(fourd_run_config(4, 2, true),
+                         {.dp = 4, .tp = 2, .ep = 2, .capacity = ep::CapacityScope::Global}) == "");
 }
 
 TEST_CASE("Other orders, schedules and sequence parallelism give the same model", "[4d]") {
   const io::RunConfig dense = fourd_run_config(2, 2, false);
   const io::RunConfig moe = fourd_run_config(2, 2, true);
-  FourdLayout l;
-  l.dp = 2, l.tp = 2, l.pp = 2;
-  l.order = "dp-pp-tp"; // tp outermost: a bad placement on a cluster, the same numbers
-  l.schedule = pp::ScheduleKind::ZeroBubbleH1;
-  CHECK(fourd_difference(dense, l) == "");
-  l.order = "pp-tp-dp", l.schedule = pp::ScheduleKind::GPipe, l.sequence_parallel = true;
-  CHECK(fourd_difference(dense, l) == "");
-  l.ep = 2, l.zero = 1, l.order = "pp-tp-ep-dp"; // MoE, ep inside dp, SP and ZeRO-1 together
-  CHECK(fourd_difference(moe, l) == "");
-  FourdLayout four; // ep 4 over the 4 data-parallel ranks, tp 2, one stage
-  four.dp = 4, four.tp = 2, four.ep = 4, four.order = "ep-tp-dp-pp";
-  CHECK(fourd_difference(fourd_run_config(4, 1, true), four) == "");
-  FourdLayout interleaved; // dp 2 x pp 2 x tp 2 with 2 chunks per rank
-  interleaved.dp = 2, interleaved.tp = 2, interleaved.pp = 2, interleaved.chunks = 2;
-  interleaved.schedule = pp::ScheduleKind::Interleaved;
-  CHECK(fourd_difference(dense, interleaved) == "");
+  // tp outermost: a bad placement on a cluster, the same numbers
+  CHECK(fourd_difference(dense, {.dp = 2,
+                                 .tp = 2,
+                                 .pp = 2,
+                                 .order = "dp-pp-tp",
+                                 .schedule = pp::ScheduleKind::ZeroBubbleH1}) == "");
+  CHECK(fourd_difference(dense, {.dp = 2,
+                                 .tp = 2,
+                                 .pp = 2,
+                                 .sequence_parallel = true,
+                                 .order = "pp-tp-dp",
+                                 .schedule = pp::ScheduleKind::GPipe}) == "");
+  // MoE, ep inside dp, sequence parallelism and ZeRO-1 together
+  CHECK(fourd_difference(moe, {.dp = 2,
+                               .tp = 2,
+                               .pp = 2,
+                               .ep = 2,
+                               .zero = 1,
+                               .sequence_parallel = true,
+                               .order = "pp-tp-ep-dp",
+                               .schedule = pp::ScheduleKind::GPipe}) == "");
+  // ep 4 over the 4 data-parallel ranks, tp 2, one stage
+  CHECK(fourd_difference(fourd_run_config(4, 1, true),
+                         {.dp = 4, .tp = 2, .ep = 4, .order = "ep-tp-dp-pp"}) == "");
+  // dp 2 x pp 2 x tp 2 with 2 chunks per rank
+  CHECK(fourd_difference(
+            dense,
+            {.dp = 2, .tp = 2, .pp = 2, .schedule = pp::ScheduleKind::Interleaved, .chunks = 2}) ==
+        "");
 }
 
 TEST_CASE("In float64 with biases the composed runs equal one rank to 1e-10", "[4d]") {
-  FourdLayout l;
-  l.dp = 2, l.tp = 2, l.pp = 2, l.ep = 2, l.sequence_parallel = true;
+  const FourdLayout moe{.dp = 2, .tp = 2, .pp = 2, .ep = 2, .sequence_parallel = true};
   const FourdReference want = fourd_reference(fourd_run_config(2, 2, true, DType::Float64), 2);
-  for (const FourdRecord& r : threads_fourd_run(fourd_run_config(2, 2, true, DType::Float64), l))
+  for (const FourdRecord& r : threads_fourd_run(fourd_run_config(2, 2, true, DType::Float64), moe))
     CHECK(compare_fourd(want, r, 1e-10) == "");
-  l.ep = 1, l.zero = 1;
+  const FourdLayout zero{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .sequence_parallel = true};
   const FourdReference dense = fourd_reference(fourd_run_config(2, 2, false, DType::Float64), 2);
-  for (const FourdRecord& r : threads_fourd_run(fourd_run_config(2, 2, false, DType::Float64), l))
+  for (const FourdRecord& r :
+       threads_fourd_run(fourd_run_config(2, 2, false, DType::Float64), zero))
     CHECK(compare_fourd(dense, r, 1e-10) == "");
 }
 
 TEST_CASE("Experts' gradients summed over every data-parallel rank instead of the ranks holding "
           "the same experts fail the comparison",
           "[4d]") {
-  FourdLayout l;
-  l.dp = 2, l.tp = 2, l.pp = 2, l.ep = 2, l.experts_over_dense_group = true;
-  const std::string d = fourd_difference(fourd_run_config(2, 2, true), l);
+  // the right group is each expert's own rank (dp / ep = 1), the wrong one both data-parallel
+  // ranks, which hold different experts of the same shapes
+  const std::string d =
+      fourd_difference(fourd_run_config(2, 2, true),
+                       {.dp = 2, .tp = 2, .pp = 2, .ep = 2, .experts_over_dense_group = true});
   INFO(d);
   CHECK(d != "");
+  // dp 4 with ep 2: the right group has 2 ranks (the same experts), the wrong one 4
+  const std::string wide = fourd_difference(
+      fourd_run_config(4, 2, true),
+      {.dp = 4, .pp = 2, .ep = 2, .order = "ep-dp-pp", .experts_over_dense_group = true});
+  INFO(wide);
+  CHECK(wide != "");
 }
 
 TEST_CASE("Composed layouts that cannot run are refused before any work", "[4d]") {

@@ -10,7 +10,7 @@ using namespace tinyscale::mesh;
 using Catch::Contains;
 using Groups = std::vector<std::vector<int>>;
 
-TEST_CASE("tp innermost: tp=2 dp=2 pp=2 groups are the hand-written ones", "[unit][ex10.2]") {
+TEST_CASE("tp innermost: tp=2 dp=2 pp=2 groups are the hand-written ones", "[unit]") {
   for (const char* order : {"tp-cp-ep-dp-pp", "tp-dp-pp"}) {
     INFO("order " << order);
     const MeshLayout layout({.dp = 2, .tp = 2, .pp = 2}, order);
@@ -43,7 +43,7 @@ TEST_CASE("pp innermost: order pp-dp-tp puts pipeline neighbours on consecutive 
   CHECK(layout.coord(6) == MeshCoord{.dp = 1, .tp = 1, .pp = 0});
 }
 
-TEST_CASE("uneven sizes tp=4 dp=3 pp=2 stride by 1, 4 and 12", "[unit][ex10.2]") {
+TEST_CASE("uneven sizes tp=4 dp=3 pp=2 stride by 1, 4 and 12", "[unit]") {
   const MeshLayout layout({.dp = 3, .tp = 4, .pp = 2}, "tp-dp-pp");
   REQUIRE(layout.world_size() == 24);
   CHECK(layout.group_of(0, {Axis::Tp}) == std::vector<int>{0, 1, 2, 3});
@@ -68,8 +68,7 @@ TEST_CASE("default order with cp and ep: the data-parallel combinations by hand"
   CHECK(layout.group_of(3, {Axis::Tp, Axis::Pp}) == std::vector<int>{2, 3});
 }
 
-TEST_CASE("rank -> coordinates -> rank is the identity and groups partition the world",
-          "[unit][ex10.2]") {
+TEST_CASE("rank -> coordinates -> rank is the identity and groups partition the world", "[unit]") {
   const std::vector<std::pair<MeshShape, const char*>> layouts = {
       {{.dp = 2, .tp = 2, .pp = 2}, "tp-cp-ep-dp-pp"},
       {{.dp = 3, .tp = 4, .pp = 2}, "dp-tp-pp"},
