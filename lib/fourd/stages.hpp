@@ -1,13 +1,8 @@
-// The model of a composed run (chapter 10): GPT-2 split over the tp group (chapter 05's TpGPT),
-// with every MoE layer's experts spread over the ep group and each expert split over tp
-// (chapter 08's EpMoeFeedForward with tp experts), cut into pipeline stages by chapter 06's
-// executor. It tells that executor what the other axes add: the sequence-parallel sums over tp,
-// the experts' gradients summed over the expert-data-parallel group, and which parameters this
-// rank counts in the global gradient norm.
-// The easy thing to get wrong: counting in the norm. A tp-replicated parameter (LayerNorm, wpe,
-// router, row-parallel bias) is identical on the t ranks of its tp group, and a dense parameter on
-// the ep ranks of its ep group: each is counted on one rank of that group, shards and experts on
-// every rank. ZeRO-1 slices the dense ones over dp x ep, so then every rank counts its slice.
+// The model of a composed run (chapter 10): chapter 05's TpGPT whose MoE layers are chapter 08's,
+// each expert split over tp, cut into stages by chapter 06's executor. The easy thing to get
+// wrong: the norm. A tp-replicated parameter (LayerNorm, wpe, router, row-parallel bias) counts
+// on one tp rank, a dense one on one ep rank (unless ZeRO-1 sliced it), shards and experts on
+// every rank; and experts' gradients are summed over dp x cp, not dp x cp x ep.
 #pragma once
 
 #include "comm/communicator.hpp"

@@ -1,11 +1,8 @@
-// What the pipeline executor needs of a model (chapters 06 and 10): the embeddings, one block at
-// a time and the loss, so that stages can be cut from it, plus what the other axes of a composed
-// run add: which gradients are summed inside a stage, over which data-parallel group, and which
-// parameters this rank counts in the global gradient norm. GptStages is one rank's nn::GPT
-// (chapter 06); chapter 10's fourd::MeshStages is a tensor-parallel model with expert-parallel
-// MoE layers. The easy thing to get wrong: the norm. Each element of the whole model's gradient
-// must be counted exactly once over all ranks: a tp-replicated parameter on one tp rank only, a
-// dense parameter on one ep rank only (unless ZeRO has sharded it over them).
+// What the pipeline executor needs of a model (chapters 06 and 10): embeddings, blocks and loss
+// to cut stages from, and the rules the other axes of a composed run add (sums inside a stage,
+// each parameter's data-parallel group, who counts what in the norm). GptStages is one rank's
+// nn::GPT; chapter 10's fourd::MeshStages is the composed model. The easy thing to get wrong:
+// every element of the gradient must be counted once in the norm over all ranks.
 #pragma once
 
 #include "comm/communicator.hpp"

@@ -1,11 +1,8 @@
-// ZeRO stage 1 for any list of parameters over any data-parallel group (chapter 10): the AdamW
-// state of the composed trainer (pipeline stages, tensor shards, experts) sharded over the ranks
-// that hold the same parameters. Each parameter is cut into N equal slices (the last padded);
-// the gradients are summed by a reduce-scatter, so rank r gets only the sum of its slice, updates
-// that slice with its own moments, and the updated slices are all-gathered back.
-// The easy thing to get wrong: a parameter no rank had a gradient for (an expert no token
-// reached) must be skipped entirely, step count included, as one rank's AdamW skips it; a
-// parameter only some ranks had one for is summed with zeros from the others.
+// ZeRO stage 1 for any parameter list and group (chapter 10): each parameter cut into N slices
+// (the last padded), its gradient reduce-scattered, rank r's slice updated with r's moments only,
+// the slices all-gathered back. The easy thing to get wrong: a parameter no rank had a gradient
+// for (an expert no token reached) is skipped entirely, step count included, as one rank's AdamW
+// skips it; one only some ranks had a gradient for is summed with zeros from the others.
 #pragma once
 
 #include "comm/communicator.hpp"
