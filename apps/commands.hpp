@@ -29,6 +29,9 @@ void add_bench_zero(CLI::App& bench);
 /// Adds `bench pp`: pipeline schedules' bubble per rank measured beside the simulator's and the
 /// formula, activation peak and step time.
 void add_bench_pp(CLI::App& bench);
+/// Adds `bench plan`: the planner's predicted step time of layouts beside the measured one, with
+/// the rank agreement of the two (chapter 09).
+void add_bench_plan(CLI::App& bench);
 /// Adds `train`: the single-rank training run.
 void add_train(CLI::App& app);
 /// Adds `export-hf`: a checkpoint as a Hugging Face GPT-2 model.

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   tinyscale::app::add_bench_ep(*bench);
   tinyscale::app::add_bench_zero(*bench);
   tinyscale::app::add_bench_pp(*bench);
+  tinyscale::app::add_bench_plan(*bench);
   tinyscale::app::add_train(app);
   tinyscale::app::add_export_hf(app);
   tinyscale::app::add_placement(app);

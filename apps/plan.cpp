@@ -44,7 +44,7 @@ plan::Device pick_device(const PlanOptions& opt) {
     rate = cached->flops;
     source = "measured by `" + cached->command + "` on " + cached->cpu_model;
   }
-  return plan::Device{"cpu", rate, rate, 8.0 * (1 << 30), "fp32", source};
+  return plan::cpu_device(rate, source);
 }
 
 void run_plan(const PlanOptions& opt) {

@@ -49,4 +49,11 @@ Device device_named(const std::string& name) {
                              "'; pass --kernel-tflops, --peak-tflops and --memory for another"));
 }
 
+Device cpu_device(double flops, const std::string& source) {
+  TS_CHECK(flops > 0, "device cpu: expected a measured GEMM rate > 0 FLOP/s, found ", flops,
+           "; run `tinyscale bench peak` or pass the rate you measured");
+  // CPU "peak" and sustained rate are the same measured figure: there is no datasheet number.
+  return Device{"cpu", flops, flops, 8.0 * (1 << 30), "fp32", source};
+}
+
 } // namespace tinyscale::plan

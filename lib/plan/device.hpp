@@ -30,5 +30,8 @@ double a100_layer_rate();
 std::vector<Device> devices();
 /// The device named `name`; an Error listing the known ones when there is none.
 Device device_named(const std::string& name);
+/// A CPU rank as the planner sees it: fp32, peak and sustained rate both `flops` (a measured
+/// GEMM rate, `tinyscale bench peak`), 8 GiB; `source` says where the rate comes from.
+Device cpu_device(double flops, const std::string& source);
 
 } // namespace tinyscale::plan

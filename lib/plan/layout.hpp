@@ -41,6 +41,16 @@ struct PlanLayout {
   std::string schedule_text() const;
   /// "tp 8 pp 4 dp 8 | b 1 m 64 | interleaved v2 | zero 1 | recompute full".
   std::string describe() const;
+  /// The short form `bench plan --layouts` reads: "1" for one rank, else what differs from it,
+  /// joined by ':' in the order dp, tp, pp, ep, m, schedule, v, zero, recompute:
+  /// "dp2:zero1", "pp2:m4:1f1b", "tp2:pp2:m4:interleaved:v2". The micro-batch size b is left
+  /// out (the global batch sets it), and so is the rank order.
+  std::string spec() const;
 };
+
+/// Parses spec()'s form (tokens in any order: dpN, tpN, ppN, epN, mN, vN, zeroN, a schedule
+/// name, recompute); throws naming the token it cannot read. micro_batch is left at 1: set it
+/// from the batch. A pipeline without a schedule token gets 1F1B.
+PlanLayout parse_layout_spec(const std::string& text);
 
 } // namespace tinyscale::plan
