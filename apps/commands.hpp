@@ -36,6 +36,8 @@ void add_bench_plan(CLI::App& bench);
 void add_train(CLI::App& app);
 /// Adds `export-hf`: a checkpoint as a Hugging Face GPT-2 model.
 void add_export_hf(CLI::App& app);
+/// `tinyscale reshard`: a checkpoint checked against, and cut for, a target layout (chapter 12).
+void add_reshard(CLI::App& app);
 /// Adds `check` and its `check grad`: every op's gradient against finite differences.
 void add_check(CLI::App& app);
 /// Adds `placement`: a mesh placed on a topology file, the links every group crosses.

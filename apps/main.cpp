@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   tinyscale::app::add_bench_plan(*bench);
   tinyscale::app::add_train(app);
   tinyscale::app::add_export_hf(app);
+  tinyscale::app::add_reshard(app);
   tinyscale::app::add_placement(app);
   tinyscale::app::add_plan(app);
   tinyscale::app::add_trace(app);

@@ -119,9 +119,9 @@ template <typename TrainerT>
 void run_loop(const TrainOptions& opt, const io::RunConfig& config, TrainerT& trainer,
               const std::function<train::StepResult()>& step, bool root, int ranks,
               const Annotate& annotate = {}) {
-  constexpr bool collective_save = std::is_same_v<TrainerT, tp::TpTrainer> ||
-                                   std::is_same_v<TrainerT, ep::EpTrainer> ||
-                                   std::is_same_v<TrainerT, zero::ZeroTrainer>;
+  constexpr bool collective_save =
+      std::is_same_v<TrainerT, tp::TpTrainer> || std::is_same_v<TrainerT, ep::EpTrainer> ||
+      std::is_same_v<TrainerT, zero::ZeroTrainer> || std::is_same_v<TrainerT, pp::PipelineTrainer>;
   const train::TrainConfig& t = config.train;
   const bool resuming = opt.resume_latest || !opt.resume.empty();
   if (resuming) {
@@ -513,9 +513,6 @@ void run_pp_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Com
   TS_CHECK(world.size() == opt.pp * dp, "train: expected ", opt.pp * dp,
            " ranks (--pp x --dp), found a world of ", world.size(),
            " (mpirun -np decides the ranks under mpirun; pass --pp and --dp to match)");
-  TS_CHECK(config.train.checkpoint_every == 0 && opt.resume.empty() && !opt.resume_latest,
-           "train: this version does not checkpoint or resume a pipeline run; set ",
-           "train.checkpoint_every = 0 and leave --resume out with --pp");
   pp::PipelineOptions options;
   options.schedule = pp::parse_schedule(opt.schedule);
   options.chunks = opt.chunks;
@@ -601,9 +598,6 @@ void run_mesh_rank(const TrainOptions& opt, const io::RunConfig& config,
            " (under mpirun, -np must equal --dp x --tp x --pp; --ep divides --dp)");
   TS_CHECK(D % opt.ep == 0, "train: --ep ", opt.ep, " must divide the data-parallel ranks --dp ", D,
            " (experts are spread over ep of the ranks that run their own rows)");
-  TS_CHECK(config.train.checkpoint_every == 0 && opt.resume.empty() && !opt.resume_latest,
-           "train: this version does not checkpoint or resume a composed run; set ",
-           "train.checkpoint_every = 0 and leave --resume out");
   TS_CHECK(
       config.train.device == "cpu", "train: train.device = \"", config.train.device,
       "\": a composed run (chapter 10) runs on the CPU in this version (its pipeline executor ",

@@ -1,5 +1,6 @@
 #include "fourd/stages.hpp"
 
+#include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 #include "ep/moe_layer.hpp"
 #include "tp/gradients.hpp"
@@ -103,6 +104,31 @@ bool MeshStages::counts_in_norm(const std::string& name, bool sharded) const {
     return false;
   return true;
   // EXERCISE 10.1 end
+}
+
+Tensor MeshStages::join(const std::string& name, const Tensor& local) {
+  return tp::gather_full(*axes_.tp, local, tp::shard_spec(name));
+}
+
+Tensor MeshStages::cut(const std::string& name, const Tensor& full) const {
+  return tp::cut_shard(full, tp::shard_spec(name), axes_.tp->rank(), axes_.tp->size());
+}
+
+void MeshStages::share(const std::string& name, Tensor& full) {
+  const int e = ep::expert_index(name);
+  if (axes_.ep == nullptr || e < 0) return;
+  const ep::ExpertPlacement placement(model_.config().moe.n_experts, axes_.ep->size(),
+                                      axes_.placement);
+  comm::broadcast(*axes_.ep, full, placement.owner(e));
+}
+
+bool MeshStages::leads() const {
+  return axes_.tp->rank() == 0 && (axes_.ep == nullptr || axes_.ep->rank() == 0);
+}
+
+void MeshStages::barrier() {
+  axes_.tp->barrier();
+  if (axes_.ep != nullptr) axes_.ep->barrier();
 }
 
 std::vector<comm::Communicator*> MeshStages::norm_groups(bool sharded) const {

@@ -57,6 +57,11 @@ public:
   comm::Communicator* data_parallel_group(const std::string& name) const override;
   bool counts_in_norm(const std::string& name, bool sharded) const override;
   std::vector<comm::Communicator*> norm_groups(bool sharded) const override;
+  Tensor join(const std::string& name, const Tensor& local) override;
+  Tensor cut(const std::string& name, const Tensor& full) const override;
+  void share(const std::string& name, Tensor& full) override;
+  bool leads() const override;
+  void barrier() override;
 
   const tp::TpGPT& model() const { return model_; }
 

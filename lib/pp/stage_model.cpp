@@ -4,6 +4,12 @@
 
 namespace tinyscale::pp {
 
+bool StageModel::holds(const std::string& name) const {
+  for (const nn::NamedParameter& p : parameters())
+    if (p.name == name) return true;
+  return false;
+}
+
 Tensor GptStages::loss(const Tensor& x, const Tensor& targets) const {
   return cross_entropy(model_->head(x), targets);
 }

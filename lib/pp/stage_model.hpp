@@ -63,6 +63,28 @@ public:
     (void)sharded;
     return {};
   }
+
+  // ---- checkpoints in the single-rank layout (chapter 12) -----------------------------------
+  /// Whether this rank's model holds parameter `name` (an expert lives on one ep rank only).
+  virtual bool holds(const std::string& name) const;
+  /// Collective over the ranks that split `name` inside a stage (tp; the same on each): the
+  /// whole tensor from this rank's piece `local` of it (or of its AdamW moment).
+  virtual Tensor join(const std::string& name, const Tensor& local) {
+    (void)name;
+    return local;
+  }
+  /// This rank's piece of the whole tensor `full` (the inverse of join).
+  virtual Tensor cut(const std::string& name, const Tensor& full) const {
+    (void)name;
+    return full;
+  }
+  /// Collective over the ranks holding different experts (ep), for every parameter in the same
+  /// order: `full` becomes the value on the rank that holds `name`.
+  virtual void share(const std::string& name, Tensor& full) { (void)name, (void)full; }
+  /// Whether this rank is rank 0 of every group inside its stage (tp, ep).
+  virtual bool leads() const { return true; }
+  /// Collective: a barrier over each group inside a stage, tp first.
+  virtual void barrier() {}
 };
 
 /// One rank's whole nn::GPT (chapter 06: every rank builds it and trains its stages).

@@ -434,30 +434,12 @@ nn::ParameterList PipelineTrainer::gathered_parameters() {
            "pipeline: gathered_parameters() joins whole nn::GPT parameters; this run's stages ",
            "are split over other axes too: compare each rank's own parameters instead");
   nn::ParameterList out;
-  const int last = schedule_.virtual_stages() - 1;
   for (const nn::NamedParameter& p : trainer_.model().parameters()) {
-    int owner = schedule_.rank_of(last); // ln_f
-    if (p.name.rfind("wte.", 0) == 0 || p.name.rfind("wpe.", 0) == 0) owner = schedule_.rank_of(0);
-    if (p.name.rfind("h.", 0) == 0) {
-      const int block = std::stoi(p.name.substr(2));
-      for (int s = 0; s <= last; ++s)
-        if (block >= partition_.begin(s) && block < partition_.end(s)) owner = schedule_.rank_of(s);
-    }
     Tensor copy = p.tensor.detach().clone();
-    comm::broadcast(*group_, copy, owner);
+    comm::broadcast(*group_, copy, trainer_rank(p.name));
     out.push_back({p.name, copy, p.decay});
   }
   return out;
-}
-
-std::string PipelineTrainer::save_checkpoint() {
-  throw Error("pipeline: this version does not write checkpoints of a pipeline run (each rank "
-              "holds its stages' AdamW state); set train.checkpoint_every = 0 with --pp");
-}
-
-void PipelineTrainer::resume(const std::string& path) {
-  throw Error("pipeline: this version cannot resume " + path +
-              " into a pipeline run; resume it without --pp");
 }
 
 double PipelineTrainer::evaluate() {

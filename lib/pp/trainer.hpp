@@ -107,9 +107,12 @@ public:
   double evaluate();
   const data::TokenDataset& dataset() const { return trainer_.dataset(); }
   Device device() const { return trainer_.device(); }
-  /// Checkpoints of a pipeline run are not written in this version: both throw, saying so
-  /// (check_pipeline_layout's callers refuse train.checkpoint_every and --resume first).
+  /// Collective: writes a checkpoint in the single-rank layout (every parameter whole, with its
+  /// AdamW moments and step count; pp/checkpoint.cpp) under train.checkpoint_dir from the rank
+  /// that is rank 0 of every group; returns its directory on every rank.
   std::string save_checkpoint();
+  /// Loads a checkpoint written by any layout (one rank, dp, tp, pp, ep, ZeRO, composed) and
+  /// cuts it into this rank's pieces; the config must match as for train::Trainer::resume.
   void resume(const std::string& path);
   double flops_per_token() const { return trainer_.flops_per_token(); }
 
@@ -153,6 +156,7 @@ private:
   void add_moe_stats(train::StepResult& r, const nn::MoeLayerStats& s, double weight);
   void reduce_moe_stats(train::StepResult& r);
   double global_grad_norm();
+  int trainer_rank(const std::string& name) const; ///< the pp rank that trains `name`
   int tag(const Action& a, bool gradient) const;
 
   train::Trainer trainer_;

@@ -34,6 +34,14 @@ public:
   /// the updated parameters and clears the gradients.
   void step(double lr, double clip_factor);
 
+  /// Collective over the group: parameter `index`'s whole AdamW moments (m, v), shaped like it,
+  /// from every rank's slice (for a checkpoint in the single-rank layout).
+  std::pair<Tensor, Tensor> whole_moments(std::size_t index);
+  /// How many updates parameter `index` has received.
+  std::int64_t step_count(std::size_t index) const { return steps_.at(index); }
+  /// Takes this rank's slice of parameter `index`'s whole moments and its step count (resume).
+  void load(std::size_t index, const Tensor& m, const Tensor& v, std::int64_t steps);
+
   const nn::ParameterList& parameters() const { return params_; }
   /// Bytes of AdamW moments this rank holds (2 slices per parameter).
   std::int64_t state_bytes() const;

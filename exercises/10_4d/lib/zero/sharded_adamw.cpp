@@ -83,6 +83,33 @@ void ShardedAdamW::step(double lr, double clip_factor) {
   for (nn::NamedParameter& p : params_) p.tensor.set_grad(Tensor());
 }
 
+std::pair<Tensor, Tensor> ShardedAdamW::whole_moments(std::size_t index) {
+  const Tensor& p = params_.at(index).tensor;
+  const auto whole = [&](const Tensor& mine) {
+    const Tensor all = comm::all_gather(*group_, mine); // [N S]
+    Tensor out = Tensor::empty(p.shape(), p.dtype());
+    std::memcpy(out.raw_data(), all.raw_data(),
+                static_cast<std::size_t>(p.numel()) * dtype_size(p.dtype()));
+    return out;
+  };
+  Tensor m = whole(m_[index]);
+  Tensor v = whole(v_[index]);
+  return {m, v};
+}
+
+void ShardedAdamW::load(std::size_t index, const Tensor& m, const Tensor& v, std::int64_t steps) {
+  const Tensor& p = params_.at(index).tensor;
+  TS_CHECK(m.shape() == p.shape() && v.shape() == p.shape() && m.dtype() == p.dtype() &&
+               v.dtype() == p.dtype(),
+           "ZeRO-1: expected AdamW moments of '", params_[index].name, "' shaped ", p.shape().str(),
+           " ", dtype_name(p.dtype()), ", found ", m.shape().str(), " and ", v.shape().str(),
+           "; the checkpoint is of another model");
+  const std::int64_t N = group_->size(), r = group_->rank(), S = slice_[index];
+  m_[index] = slice(flat_padded(m, S * N), 0, r * S, (r + 1) * S).clone();
+  v_[index] = slice(flat_padded(v, S * N), 0, r * S, (r + 1) * S).clone();
+  steps_[index] = steps;
+}
+
 std::int64_t ShardedAdamW::state_bytes() const {
   std::int64_t bytes = 0;
   for (std::size_t i = 0; i < params_.size(); ++i)

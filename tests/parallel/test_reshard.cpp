@@ -1,0 +1,222 @@
+// Chapter 12's resume and resharding proofs on the threads backend. Every trainer writes its
+// checkpoint in the single-rank layout, so (1) a run stopped at step 2 and resumed in the same
+// layout reproduces the uninterrupted run bit for bit: its losses, and at step 4 every parameter,
+// AdamW moment and step count in the checkpoint; and (2) a checkpoint written by any of seven
+// layouts (one rank, dp, tp, ep, ZeRO-3, pp, and dp x ep x tp x pp with ZeRO-1) resumes in any
+// other and continues with losses within 1e-6 of the run that stayed in that layout.
+// The model: 4 blocks, two of them MoE with capacity factor 4 (nothing is dropped) and no
+// load-balancing loss, because both depend on how a batch is cut into micro-batches, which the
+// layouts change; the z-loss and dropout do not.
+#include "dp/trainer.hpp"
+#include "dp_equivalence.hpp"
+#include "ep/trainer.hpp"
+#include "fourd/stages.hpp"
+#include "io/checkpoint.hpp"
+#include "mesh/mesh.hpp"
+#include "pp/trainer.hpp"
+#include "scratch_dir.hpp"
+#include "tp/trainer.hpp"
+#include "zero/trainer.hpp"
+
+#include "comm/launch.hpp"
+#include "rank_checks.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <map>
+
+using namespace tinyscale;
+using namespace tinyscale::test;
+
+namespace {
+
+constexpr int kSteps = 4, kSaveAt = 2;
+
+io::RunConfig reshard_config() {
+  io::RunConfig c = dp_run_config(2, 1, 2, true);
+  c.model.n_layer = 4;
+  c.model.n_head = 4;
+  c.model.moe = {2, 4, 2, 4.0, 0.0, 1e-3}; // every 2nd block, top-2 of 4, no drops, no aux loss
+  c.optim.lr = 1e-4;
+  c.optim.min_lr = 1e-5;
+  c.train.steps = kSteps;
+  return c;
+}
+
+// One layout: its world size, and on each rank a function that builds its trainer (resuming
+// from `from` when given), runs until `until` saving at kSaveAt and at the end, and returns the
+// losses of the steps it ran.
+struct Layout {
+  std::string name;
+  int ranks;
+  std::function<std::vector<double>(comm::Communicator&, const io::RunConfig&,
+                                    const std::string& from)>
+      run;
+};
+
+// The loop every layout shares: `step` runs one step and returns it, `done` says how many steps
+// are done, `save` writes a checkpoint (collective); saves at kSaveAt and at the end.
+std::vector<double> drive(const io::RunConfig& config,
+                          const std::function<train::StepResult()>& step,
+                          const std::function<std::int64_t()>& done,
+                          const std::function<void()>& save) {
+  std::vector<double> losses;
+  while (done() < config.train.steps) {
+    losses.push_back(step().loss);
+    if (done() == kSaveAt || done() == config.train.steps) save();
+  }
+  return losses;
+}
+
+using Run = std::function<std::vector<double>(comm::Communicator&, const io::RunConfig&,
+                                              const std::string&)>;
+
+// A trainer with train_step, step, save_checkpoint and resume (every parallel one).
+template <typename T>
+std::vector<double> drive(T& t, const io::RunConfig& c, const std::string& from) {
+  if (!from.empty()) t.resume(from);
+  return drive(
+      c, [&] { return t.train_step(); }, [&] { return t.step(); }, [&] { t.save_checkpoint(); });
+}
+
+// dp2 x ep2 x tp2 x pp2 with ZeRO-1, or any other composition, on `world`.
+std::vector<double> composed(comm::Communicator& world, const io::RunConfig& c,
+                             const std::string& from, mesh::MeshShape shape, int zero) {
+  mesh::Mesh mesh(world, mesh::MeshLayout(shape));
+  fourd::MeshAxes axes;
+  axes.tp = &mesh.group(mesh::Axis::Tp);
+  if (shape.ep > 1) {
+    axes.ep = &mesh.group(mesh::Axis::Ep);
+    axes.expert_data_parallel = &mesh.group("dp x cp");
+  }
+  pp::PipelineOptions o;
+  o.zero = zero;
+  pp::PipelineTrainer t(c, mesh.group(mesh::Axis::Pp), o, nullptr, &mesh.group("dp x cp x ep"),
+                        std::make_unique<fourd::MeshStages>(c, axes));
+  return drive(t, c, from);
+}
+
+std::vector<Layout> layouts() {
+  std::vector<Layout> out;
+  out.push_back(
+      {"one rank", 1, [](comm::Communicator&, const io::RunConfig& c, const std::string& from) {
+         train::Trainer t(c);
+         if (!from.empty()) t.resume(from);
+         return drive(
+             c, [&] { return t.train_step(); }, [&] { return t.step(); },
+             [&] { t.save_checkpoint(); });
+       }});
+  out.push_back(
+      {"dp 2", 2, [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
+         dp::DpTrainer t(c, world);
+         if (!from.empty()) t.trainer().resume(from);
+         return drive(
+             c, [&] { return t.train_step(); }, [&] { return t.trainer().step(); },
+             [&] {
+               if (world.rank() == 0) t.trainer().save_checkpoint();
+               world.barrier();
+             });
+       }});
+  out.push_back(
+      {"tp 2", 2, [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
+         tp::TpTrainer t(c, world);
+         return drive(t, c, from);
+       }});
+  out.push_back({"dp 2 with ep 2", 2,
+                 [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
+                   mesh::Mesh mesh(world, mesh::MeshLayout(mesh::MeshShape{1, 1, 1, 2, 1}));
+                   ep::EpTrainer t(c, mesh.group("dp x cp x ep"), mesh.group(mesh::Axis::Ep),
+                                   mesh.group("dp x cp"));
+                   return drive(t, c, from);
+                 }});
+  out.push_back({"ZeRO-3 on dp 2", 2,
+                 [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
+                   zero::ZeroOptions o;
+                   o.stage = 3;
+                   zero::ZeroTrainer t(c, world, o);
+                   return drive(t, c, from);
+                 }});
+  out.push_back(
+      {"pp 2", 2, [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
+         pp::PipelineTrainer t(c, world, pp::PipelineOptions{}); // 1F1B
+         return drive(t, c, from);
+       }});
+  out.push_back({"dp 2 with ep 2 x tp 2 x pp 2, ZeRO-1", 8,
+                 [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
+                   return composed(world, c, from, mesh::MeshShape{1, 2, 2, 2, 1}, 1);
+                 }});
+  return out;
+}
+
+// Rank 0's losses of `layout` run on threads, from `from` (or from scratch), checkpoints under
+// `dir`.
+std::vector<double> run(const Layout& layout, io::RunConfig config, const std::string& dir,
+                        const std::string& from = "") {
+  config.train.checkpoint_dir = dir;
+  std::vector<double> losses;
+  comm::run_threads(
+      layout.ranks,
+      [&](comm::Communicator& world) {
+        std::vector<double> mine = layout.run(world, config, from);
+        if (world.rank() == 0) losses = mine;
+      },
+      comm::testing::test_options(std::chrono::seconds(60)));
+  return losses;
+}
+
+// "" when the checkpoints at `a` and `b` hold the same tensors bit for bit, else the first that
+// differs.
+std::string bitwise_difference(const std::string& a, const std::string& b) {
+  const io::Checkpoint x = io::read_checkpoint(a), y = io::read_checkpoint(b);
+  if (x.step != y.step) return "the steps differ";
+  for (const auto* pair : {&x.model, &x.optimizer}) {
+    const io::NamedTensors& other = pair == &x.model ? y.model : y.optimizer;
+    std::map<std::string, Tensor> theirs(other.begin(), other.end());
+    for (const auto& [name, t] : *pair)
+      if (theirs.count(name) == 0 || t.to_vector() != theirs.at(name).to_vector()) return name;
+  }
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("A run stopped at step 2 and resumed in the same layout reproduces the uninterrupted "
+          "run bit for bit, for every layout",
+          "[resume]") {
+  const io::RunConfig config = reshard_config();
+  for (const Layout& layout : layouts()) {
+    testing::ScratchDir scratch;
+    const std::vector<double> whole = run(layout, config, scratch / "whole");
+    const std::vector<double> resumed =
+        run(layout, config, scratch / "resumed", scratch / "whole/step_00000002");
+    INFO(layout.name);
+    REQUIRE(whole.size() == static_cast<std::size_t>(kSteps));
+    REQUIRE(resumed.size() == static_cast<std::size_t>(kSteps - kSaveAt));
+    for (int s = kSaveAt; s < kSteps; ++s) CHECK(resumed[s - kSaveAt] == whole[s]);
+    CHECK(bitwise_difference(scratch / "whole/step_00000004", scratch / "resumed/step_00000004") ==
+          "");
+  }
+}
+
+TEST_CASE("A checkpoint of any of seven layouts resumes in any other and continues within 1e-6 "
+          "of the run that stayed in that layout",
+          "[resume]") {
+  const io::RunConfig config = reshard_config();
+  const std::vector<Layout> all = layouts();
+  testing::ScratchDir scratch;
+  std::vector<std::vector<double>> stayed;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    stayed.push_back(run(all[i], config, scratch / std::to_string(i)));
+  for (std::size_t from = 0; from < all.size(); ++from)
+    for (std::size_t to = 0; to < all.size(); ++to) {
+      if (from == to) continue;
+      const std::vector<double> moved =
+          run(all[to], config, scratch / ("moved-" + std::to_string(from * 10 + to)),
+              scratch / (std::to_string(from) + "/step_00000002"));
+      INFO(all[from].name << " -> " << all[to].name);
+      REQUIRE(moved.size() == static_cast<std::size_t>(kSteps - kSaveAt));
+      for (int s = kSaveAt; s < kSteps; ++s)
+        CHECK(moved[s - kSaveAt] == Approx(stayed[to][s]).epsilon(1e-6));
+    }
+}
