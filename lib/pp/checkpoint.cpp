@@ -17,6 +17,9 @@ namespace tinyscale::pp {
 
 int PipelineTrainer::trainer_rank(const std::string& name) const {
   const int last = schedule_.virtual_stages() - 1;
+  // EXERCISE 12.2 begin: the pipeline rank that trains a parameter
+  // wte and wpe on virtual stage 0, block h.N on the virtual stage whose blocks hold N, ln_f on
+  // the last; virtual stage s runs on rank schedule_.rank_of(s).
   if (name.rfind("wte.", 0) == 0 || name.rfind("wpe.", 0) == 0) return schedule_.rank_of(0);
   if (name.rfind("h.", 0) == 0) {
     const int block = std::stoi(name.substr(2));
@@ -24,6 +27,7 @@ int PipelineTrainer::trainer_rank(const std::string& name) const {
       if (block >= partition_.begin(s) && block < partition_.end(s)) return schedule_.rank_of(s);
   }
   return schedule_.rank_of(last); // ln_f
+  // EXERCISE 12.2 end
 }
 
 std::string PipelineTrainer::save_checkpoint() {

@@ -139,6 +139,9 @@ public:
   BubbleReport bubble_report();
   /// Whether this rank trains parameter `name` (the tied wte: the first and the last stage).
   bool owns(const std::string& name) const;
+  /// The pipeline rank whose value of parameter `name` is the trained one: wte and wpe the first
+  /// stage's, a block its stage's, ln_f the last stage's (checkpoints take it from there).
+  int trainer_rank(const std::string& name) const;
   /// The config, data, step count and learning-rate schedule. Its nn::GPT is the model of
   /// GptStages; its optimizer is empty (OptimizerOwner::Caller): this class steps its own.
   const train::Trainer& trainer() const { return trainer_; }
@@ -156,7 +159,6 @@ private:
   void add_moe_stats(train::StepResult& r, const nn::MoeLayerStats& s, double weight);
   void reduce_moe_stats(train::StepResult& r);
   double global_grad_norm();
-  int trainer_rank(const std::string& name) const; ///< the pp rank that trains `name`
   int tag(const Action& a, bool gradient) const;
 
   train::Trainer trainer_;

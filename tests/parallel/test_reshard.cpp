@@ -220,3 +220,34 @@ TEST_CASE("A checkpoint of any of seven layouts resumes in any other and continu
         CHECK(moved[s - kSaveAt] == Approx(stayed[to][s]).epsilon(1e-6));
     }
 }
+
+TEST_CASE("Each parameter is taken from the pipeline rank that trains it: wte and wpe from the "
+          "first stage, a block from its stage, ln_f from the last, also interleaved",
+          "[resume][ex12.2]") {
+  io::RunConfig config = reshard_config();
+  config.train.micro_batches = 2; // interleaved: a multiple of p
+  pp::PipelineOptions o;
+  o.schedule = pp::ScheduleKind::Interleaved;
+  o.chunks = 2;
+  o.blocks_per_stage = {1, 1, 1, 1}; // virtual stages 0..3 on ranks 0, 1, 0, 1
+  std::vector<std::map<std::string, int>> seen(2);
+  comm::run_threads(
+      2,
+      [&](comm::Communicator& world) {
+        pp::PipelineTrainer t(config, world, o);
+        for (const char* name :
+             {"wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.1.attn.c_attn.weight",
+              "h.2.mlp.router.weight", "h.3.ln_2.bias", "ln_f.weight"})
+          seen[static_cast<std::size_t>(world.rank())][name] = t.trainer_rank(name);
+      },
+      comm::testing::test_options());
+  const std::map<std::string, int> want = {{"wte.weight", 0},
+                                           {"wpe.weight", 0},
+                                           {"h.0.ln_1.weight", 0},
+                                           {"h.1.attn.c_attn.weight", 1},
+                                           {"h.2.mlp.router.weight", 0},
+                                           {"h.3.ln_2.bias", 1},
+                                           {"ln_f.weight", 1}};
+  CHECK(seen[0] == want);
+  CHECK(seen[1] == want);
+}
