@@ -46,7 +46,7 @@ std::string describe(const Communicator& comm) {
 }
 
 void throw_timeout(const Communicator& comm, const std::string& op, int peer, int tag,
-                   std::chrono::duration<double> waited) {
+                   std::chrono::duration<double> waited, const std::string& diagnosis) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.3g s", waited.count());
   std::string who =
@@ -54,6 +54,7 @@ void throw_timeout(const Communicator& comm, const std::string& op, int peer, in
                : detail::concat("rank ", peer, " (world rank ", comm.world_rank(peer), ")");
   throw Error(detail::concat(op, " timed out on ", describe(comm), ": waited ", seconds, " for ",
                              who, tag >= 0 ? detail::concat(", tag ", tag) : std::string(),
+                             diagnosis,
                              ". Expected every rank of the group to reach the same operation; "
                              "a rank that failed, returned early or called another collective "
                              "leaves the others waiting. Raise the deadline with "

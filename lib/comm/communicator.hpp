@@ -141,9 +141,11 @@ public:
 std::string describe(const Communicator& comm);
 
 /// Raises the timeout Error of a blocking operation that waited `waited` for `peer` (-1: no single
-/// peer, e.g. a collective inside MPI or NCCL).
+/// peer, e.g. a collective inside MPI or NCCL). `diagnosis`, when the backend can tell, says which
+/// rank holds the wait up ("; world rank 3 is itself waiting for world rank 2, ...").
 [[noreturn]] void throw_timeout(const Communicator& comm, const std::string& op, int peer, int tag,
-                                std::chrono::duration<double> waited);
+                                std::chrono::duration<double> waited,
+                                const std::string& diagnosis = {});
 
 /// Raises the Error for ranks that disagree on a collective's size: rank `rank_a` passed
 /// `count_a` elements of `dtype_a`, rank `rank_b` passed `count_b` of `dtype_b`.

@@ -1,13 +1,17 @@
-// Checkpoint directories with a manifest, written atomically (chapter 02).
+// Checkpoint directories with a manifest, written atomically (chapters 02 and 12).
 #include "io/checkpoint.hpp"
 
 #include "core/error.hpp"
-#include "io/crc32.hpp"
+#include "io/checkpoint_manifest.hpp"
 #include "io/file.hpp"
 
 #include <array>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <unistd.h>
 
 namespace tinyscale::io {
@@ -27,18 +31,44 @@ std::string hidden_name(const std::string& name, const char* tag) {
   return hidden;
 }
 
-json describe_file(const fs::path& file) {
-  return {{"bytes", fs::file_size(file)}, {"crc32", crc32_hex(crc32_file(file.string()))}};
+// The pid in the name of a hidden entry that write_checkpoint leaves when its writer is killed
+// (".step_00000100.tmp-4242", ".step_00000100.old-4242", ".latest.tmp-4242-977"), else -1.
+long leftover_pid(const std::string& name) {
+  if (name.rfind(".step_", 0) != 0 && name.rfind(".latest.", 0) != 0) return -1;
+  std::size_t at = name.find(".tmp-");
+  if (at == std::string::npos) at = name.find(".old-");
+  if (at == std::string::npos) return -1;
+  char* end = nullptr;
+  const long pid = std::strtol(name.c_str() + at + 5, &end, 10);
+  return pid > 0 && (*end == '\0' || *end == '-') ? pid : -1;
 }
 
-void write_step_dir(const fs::path& dir, const Checkpoint& ckpt) {
+// Removes what killed writers left in `root`: a hidden copy of a whole checkpoint each. Entries of
+// a process that is still running, this one included (a writer of another root, or a thread that
+// writes at the same time), are left alone.
+void sweep_leftovers(const fs::path& root) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const long pid = leftover_pid(entry.path().filename().string());
+    if (pid < 0) continue;
+    const bool alive =
+        pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+    if (!alive) fs::remove_all(entry.path(), ec);
+  }
+}
+
+void write_step_dir(const fs::path& dir, const Checkpoint& ckpt, const SaveHook& hook) {
   const std::map<std::string, std::string> meta = {{"tinyscale.step", std::to_string(ckpt.step)}};
+  json files = json::object();
   save_safetensors((dir / kFiles[0]).string(), ckpt.model, meta);
+  files[kFiles[0]] = manifest::describe_file((dir / kFiles[0]).string(), ckpt.model);
+  if (hook) hook(SaveStage::ModelWritten);
   save_safetensors((dir / kFiles[1]).string(), ckpt.optimizer, meta);
-  json manifest = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion},
-                   {"step", ckpt.step},           {"config", ckpt.config_toml},
-                   {"state", ckpt.state},         {"files", json::object()}};
-  for (const char* name : kFiles) manifest["files"][name] = describe_file(dir / name);
+  files[kFiles[1]] = manifest::describe_file((dir / kFiles[1]).string(), ckpt.optimizer);
+  if (hook) hook(SaveStage::OptimizerWritten);
+  const json manifest = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion},
+                         {"step", ckpt.step},           {"config", ckpt.config_toml},
+                         {"state", ckpt.state},         {"files", files}};
   std::string text;
   try {
     text = manifest.dump(2) + "\n";
@@ -50,13 +80,15 @@ void write_step_dir(const fs::path& dir, const Checkpoint& ckpt) {
   }
   write_file_atomic((dir / "manifest.json").string(), text);
   fsync_directory(dir.string());
+  if (hook) hook(SaveStage::ManifestWritten);
 }
 
 // The step directory `path` names: itself when it holds a manifest, else the one `latest` names.
 fs::path resolve_step_dir(const std::string& path) {
   std::error_code ec;
   TS_CHECK(fs::is_directory(path, ec), "read_checkpoint: expected a checkpoint directory at '",
-           path, "', found ", fs::exists(path, ec) ? "a file" : "nothing",
+           path, "' (manifest.json, model.safetensors, optimizer.safetensors), found ",
+           fs::exists(path, ec) ? "a file" : "nothing",
            "; pass a step directory (step_00000100) or the checkpoint root");
   const fs::path dir(path);
   if (fs::exists(dir / "manifest.json") || !fs::exists(dir / "latest")) return dir;
@@ -92,8 +124,9 @@ json read_manifest(const fs::path& dir) {
            format.is_null() ? std::string("no format field") : format.dump(),
            "; this is not a tinyscale checkpoint");
   const json version = manifest.value("version", json());
-  TS_CHECK(version.is_number_integer() && version.get<int>() == kCheckpointVersion,
-           "read_checkpoint: expected manifest version ", kCheckpointVersion, " in '",
+  TS_CHECK(version.is_number_integer() && version.get<int>() >= 1 &&
+               version.get<int>() <= kCheckpointVersion,
+           "read_checkpoint: expected manifest version 1 to ", kCheckpointVersion, " in '",
            file.string(), "', found ", version.dump(),
            "; it was written by another tinyscale version, read it with that one");
   TS_CHECK(manifest.value("step", json()).is_number_integer() &&
@@ -105,28 +138,6 @@ json read_manifest(const fs::path& dir) {
   return manifest;
 }
 
-// Size first (a truncated file), then CRC-32 (a flipped byte), each against the manifest.
-void verify_file(const fs::path& dir, const char* name, const json& files) {
-  const fs::path file = dir / name;
-  const std::string manifest = (dir / "manifest.json").string();
-  TS_CHECK(files.contains(name) && files[name].value("bytes", json()).is_number_unsigned() &&
-               files[name].value("crc32", json()).is_string(),
-           "read_checkpoint: expected bytes and crc32 for ", name, " in '", manifest, "', found ",
-           files.dump(), "; the manifest is damaged, use an older checkpoint");
-  TS_CHECK(fs::exists(file), "read_checkpoint: expected '", file.string(),
-           "', found no such file; the checkpoint is incomplete, use an older one");
-  const auto expected_bytes = files[name]["bytes"].get<std::uint64_t>();
-  const std::uint64_t found_bytes = fs::file_size(file);
-  TS_CHECK(found_bytes == expected_bytes, "read_checkpoint: '", file.string(), "' has the wrong ",
-           "size: expected ", expected_bytes, " bytes (", manifest, "), found ", found_bytes,
-           found_bytes < expected_bytes ? " (truncated)" : "", "; use an older checkpoint");
-  const auto expected_crc = files[name]["crc32"].get<std::string>();
-  const std::string found_crc = crc32_hex(crc32_file(file.string()));
-  TS_CHECK(found_crc == expected_crc, "read_checkpoint: '", file.string(),
-           "' is corrupted: ", "expected CRC-32 ", expected_crc, " (", manifest, "), found ",
-           found_crc, "; use an older checkpoint");
-}
-
 } // namespace
 
 std::string checkpoint_dir_name(std::int64_t step) {
@@ -136,44 +147,89 @@ std::string checkpoint_dir_name(std::int64_t step) {
   return name;
 }
 
-std::string write_checkpoint(const std::string& root_dir, const Checkpoint& checkpoint) {
+const char* save_stage_name(SaveStage stage) {
+  switch (stage) {
+  case SaveStage::Started: return "started";
+  case SaveStage::ModelWritten: return "model written";
+  case SaveStage::OptimizerWritten: return "optimizer written";
+  case SaveStage::ManifestWritten: return "manifest written";
+  case SaveStage::Renamed: return "renamed into place";
+  case SaveStage::LatestUpdated: return "latest updated";
+  }
+  return "unknown";
+}
+
+std::string write_checkpoint(const std::string& root_dir, const Checkpoint& checkpoint,
+                             const SaveHook& hook) {
   const std::string name = checkpoint_dir_name(checkpoint.step);
   std::error_code ec;
   fs::create_directories(root_dir, ec);
   TS_CHECK(!ec && fs::is_directory(root_dir), "write_checkpoint: expected to create directory '",
            root_dir, "', found an error (", ec.message(), "); check the path and permissions");
   const fs::path root(root_dir);
+  sweep_leftovers(root);
   const fs::path final_dir = root / name;
   const fs::path temp_dir = root / hidden_name(name, ".tmp-");
-  fs::remove_all(temp_dir, ec); // left over from a crashed write of this step by this pid
+  fs::remove_all(temp_dir, ec); // left by a killed writer of this step whose pid this one reuses
   TS_CHECK(fs::create_directory(temp_dir, ec), "write_checkpoint: expected to create '",
            temp_dir.string(), "', found an error (", ec.message(), "); check permissions");
+  if (hook) hook(SaveStage::Started);
   try {
-    write_step_dir(temp_dir, checkpoint);
-    // rename() cannot replace a non-empty directory: move an older copy aside first.
-    const fs::path old_dir = root / hidden_name(name, ".old-");
-    const bool replacing = fs::exists(final_dir);
-    if (replacing) rename_durably(final_dir.string(), old_dir.string());
-    rename_durably(temp_dir.string(), final_dir.string());
-    if (replacing) fs::remove_all(old_dir, ec);
+    write_step_dir(temp_dir, checkpoint, hook);
+    if (!fs::exists(final_dir)) {
+      rename_durably(temp_dir.string(), final_dir.string());
+    } else if (exchange_durably(temp_dir.string(), final_dir.string())) {
+      // One atomic swap: step_N holds the old checkpoint or the new one, never nothing (`latest`
+      // may name it). The temporary name now holds the old one.
+      fs::remove_all(temp_dir, ec);
+    } else {
+      // rename() cannot replace a non-empty directory: move the old copy aside first. Where the
+      // swap is not available, a crash between these two renames leaves no step_N.
+      const fs::path old_dir = root / hidden_name(name, ".old-");
+      rename_durably(final_dir.string(), old_dir.string());
+      rename_durably(temp_dir.string(), final_dir.string());
+      fs::remove_all(old_dir, ec);
+    }
   } catch (...) {
     fs::remove_all(temp_dir, ec);
     throw;
   }
+  if (hook) hook(SaveStage::Renamed);
   write_file_atomic((root / "latest").string(), name + "\n");
+  if (hook) hook(SaveStage::LatestUpdated);
   return final_dir.string();
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
   const fs::path dir = resolve_step_dir(path);
   const json manifest = read_manifest(dir);
-  for (const char* name : kFiles) verify_file(dir, name, manifest["files"]);
+  const std::string manifest_path = (dir / "manifest.json").string();
+  const bool per_tensor = manifest["version"].get<int>() >= 2;
+  // Everything is verified before anything is loaded: a damaged optimizer file refuses the
+  // checkpoint as surely as a damaged model file.
+  for (const char* name : kFiles) {
+    const std::string file = (dir / name).string();
+    TS_CHECK(manifest["files"].contains(name), "read_checkpoint: expected an entry for ", name,
+             " in '", manifest_path,
+             "', found none; the manifest is damaged, use an older "
+             "checkpoint");
+    if (per_tensor)
+      manifest::verify_file(file, manifest["files"][name], manifest_path);
+    else
+      manifest::verify_file_v1(file, manifest["files"][name], manifest_path);
+  }
   Checkpoint checkpoint;
   checkpoint.step = manifest["step"].get<std::int64_t>();
   checkpoint.config_toml = manifest["config"].get<std::string>();
   checkpoint.state = manifest["state"];
   checkpoint.model = load_safetensors((dir / kFiles[0]).string()).tensors;
   checkpoint.optimizer = load_safetensors((dir / kFiles[1]).string()).tensors;
+  if (per_tensor) {
+    manifest::check_loaded((dir / kFiles[0]).string(), checkpoint.model,
+                           manifest["files"][kFiles[0]], manifest_path);
+    manifest::check_loaded((dir / kFiles[1]).string(), checkpoint.optimizer,
+                           manifest["files"][kFiles[1]], manifest_path);
+  }
   return checkpoint;
 }
 

@@ -1,6 +1,8 @@
-// Checkpoints (chapter 02): root/step_00000100/{model,optimizer}.safetensors + manifest.json,
-// written into a temporary directory and renamed into place, then root/latest is updated. The
-// easy thing to get wrong: `latest` must move only after the step directory is complete and
+// Checkpoints (chapters 02 and 12): root/step_00000100/{model,optimizer}.safetensors +
+// manifest.json, written into a temporary directory and renamed into place, then root/latest is
+// updated. The manifest records each file's size and CRC-32 and each tensor's name, dtype, shape,
+// byte range and CRC-32, so a damaged checkpoint is refused naming the file and the tensor.
+// The easy thing to get wrong: `latest` must move only after the step directory is complete and
 // durable, so a crash at any moment leaves the previous checkpoint loadable.
 #pragma once
 
@@ -9,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace tinyscale::io {
@@ -24,18 +27,39 @@ struct Checkpoint {
 
 /// The manifest's "format" value; a manifest with another value is not a tinyscale checkpoint.
 inline constexpr const char* kCheckpointFormat = "tinyscale.checkpoint";
-/// The manifest version this build writes and reads.
-inline constexpr int kCheckpointVersion = 1;
+/// The manifest version this build writes: 2 adds per-tensor checksums. It also reads version 1
+/// (per-file checksums only).
+inline constexpr int kCheckpointVersion = 2;
+
+/// The points write_checkpoint passes, in order. A crash anywhere before Renamed leaves only a
+/// hidden temporary directory (swept by the next write); from Renamed on, the new step directory
+/// is complete; `latest` names it from LatestUpdated on.
+enum class SaveStage {
+  Started,          ///< the hidden temporary directory exists, empty
+  ModelWritten,     ///< model.safetensors is in it, durable
+  OptimizerWritten, ///< optimizer.safetensors too
+  ManifestWritten,  ///< manifest.json too, and the directory is fsynced: complete but hidden
+  Renamed,          ///< renamed (or swapped) into place as step_NNNNNNNN
+  LatestUpdated,    ///< root/latest names it: the save is over
+};
+/// "model written", ...: the stage in words.
+const char* save_stage_name(SaveStage stage);
+/// Called by write_checkpoint after each stage (tests stop or kill the writer there).
+using SaveHook = std::function<void(SaveStage)>;
 
 /// "step_00000100": the directory name of the checkpoint at `step`.
 std::string checkpoint_dir_name(std::int64_t step);
 
 /// Writes `checkpoint` under root_dir (created if needed), atomically replacing an existing
 /// checkpoint of the same step, then points root_dir/latest at it; returns the step directory.
-std::string write_checkpoint(const std::string& root_dir, const Checkpoint& checkpoint);
+/// Hidden temporary directories left by writers that were killed are removed first. One writer
+/// per root at a time.
+std::string write_checkpoint(const std::string& root_dir, const Checkpoint& checkpoint,
+                             const SaveHook& hook = {});
 
 /// Reads a checkpoint from a step directory, or from a root directory by following its `latest`
-/// file; verifies the manifest and each file's size and CRC-32 before loading anything.
+/// file; verifies the manifest, each file's size and every tensor's CRC-32 before loading
+/// anything, and refuses a damaged or foreign file naming the file and the tensor.
 Checkpoint read_checkpoint(const std::string& path);
 
 } // namespace tinyscale::io

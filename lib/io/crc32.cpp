@@ -1,9 +1,10 @@
-// CRC-32 with a 256-entry table built at compile time (chapter 02).
+// CRC-32 with tables built at compile time (chapter 02), eight bytes per step.
 #include "io/crc32.hpp"
 
 #include "core/error.hpp"
 
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,23 +15,41 @@ namespace tinyscale::io {
 
 namespace {
 
-constexpr std::array<std::uint32_t, 256> make_table() {
-  std::array<std::uint32_t, 256> table{};
+static_assert(std::endian::native == std::endian::little, "slicing-by-8 reads words little-endian");
+
+// tables[0] is the classic table: the CRC of one byte. tables[k][b] is the CRC of byte b followed
+// by k zero bytes, so eight table look-ups advance the CRC by eight bytes at once
+// ("slicing-by-8"): the same result as eight steps of the one-table loop, about four times faster.
+constexpr std::array<std::array<std::uint32_t, 256>, 8> make_tables() {
+  std::array<std::array<std::uint32_t, 256>, 8> tables{};
   for (std::uint32_t i = 0; i < 256; ++i) {
     std::uint32_t c = i;
     for (int bit = 0; bit < 8; ++bit) c = (c & 1U) != 0 ? 0xEDB88320U ^ (c >> 1) : c >> 1;
-    table[i] = c;
+    tables[0][i] = c;
   }
-  return table;
+  for (std::size_t k = 1; k < 8; ++k)
+    for (std::size_t i = 0; i < 256; ++i)
+      tables[k][i] = (tables[k - 1][i] >> 8) ^ tables[0][tables[k - 1][i] & 0xFFU];
+  return tables;
 }
+
+constexpr std::array<std::array<std::uint32_t, 256>, 8> kTables = make_tables();
 
 } // namespace
 
 std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t size) {
-  static constexpr std::array<std::uint32_t, 256> table = make_table();
+  const auto& t = kTables;
   const auto* bytes = static_cast<const unsigned char*>(data);
   std::uint32_t c = ~crc;
-  for (std::size_t i = 0; i < size; ++i) c = table[(c ^ bytes[i]) & 0xFFU] ^ (c >> 8);
+  for (; size >= 8; size -= 8, bytes += 8) {
+    std::uint32_t lo = 0, hi = 0;
+    std::memcpy(&lo, bytes, 4);
+    std::memcpy(&hi, bytes + 4, 4);
+    lo ^= c;
+    c = t[7][lo & 0xFFU] ^ t[6][(lo >> 8) & 0xFFU] ^ t[5][(lo >> 16) & 0xFFU] ^ t[4][lo >> 24] ^
+        t[3][hi & 0xFFU] ^ t[2][(hi >> 8) & 0xFFU] ^ t[1][(hi >> 16) & 0xFFU] ^ t[0][hi >> 24];
+  }
+  for (; size > 0; --size, ++bytes) c = t[0][(c ^ *bytes) & 0xFFU] ^ (c >> 8);
   return ~c;
 }
 

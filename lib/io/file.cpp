@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -95,6 +96,25 @@ void rename_durably(const std::string& from, const std::string& to) {
            to, "', found an error (", std::strerror(errno),
            "); both must be on one file system and the target must not be a non-empty directory");
   fsync_directory(parent_dir(to));
+}
+
+bool exchange_durably(const std::string& a, const std::string& b) {
+#if defined(__linux__) && defined(RENAME_EXCHANGE)
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {
+    // Not supported by this kernel or file system (NFS, some FUSE): the caller falls back.
+    TS_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP, "exchange: expected to swap '",
+             a, "' and '", b, "', found an error (", std::strerror(errno),
+             "); both must exist on one file system");
+    return false;
+  }
+  fsync_directory(parent_dir(b));
+  if (parent_dir(a) != parent_dir(b)) fsync_directory(parent_dir(a));
+  return true;
+#else
+  (void)a;
+  (void)b;
+  return false;
+#endif
 }
 
 std::string read_file(const std::string& path) {

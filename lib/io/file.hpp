@@ -44,6 +44,10 @@ void write_file_atomic(const std::string& path, std::string_view contents);
 void fsync_directory(const std::string& dir);
 /// Renames `from` to `to` (same file system) and fsyncs the destination's directory.
 void rename_durably(const std::string& from, const std::string& to);
+/// Swaps two existing paths (files or directories) in one atomic step, so that no moment exists at
+/// which either name is missing, and fsyncs their directory. Linux renameat2(RENAME_EXCHANGE);
+/// returns false, changing nothing, where the system or file system cannot do it.
+bool exchange_durably(const std::string& a, const std::string& b);
 /// The whole file as bytes; throws naming the file when it is missing or unreadable.
 std::string read_file(const std::string& path);
 

@@ -21,3 +21,14 @@ set_tests_properties(mpi.4d PROPERTIES
   RUN_SERIAL ON
   TIMEOUT 180
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1")
+
+# Chapter 12: a rank that dies in the middle of training (the script runs mpiexec itself, with and
+# without --enable-recovery, and checks what every surviving rank reports).
+add_test(NAME mpi.dead_rank
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi/dead_rank.sh ${TINYSCALE_MPIEXEC}
+                 $<TARGET_FILE:mpi_tests>)
+set_tests_properties(mpi.dead_rank PROPERTIES
+  LABELS mpi
+  RUN_SERIAL ON
+  TIMEOUT 300
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1")

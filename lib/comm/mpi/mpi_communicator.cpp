@@ -11,8 +11,10 @@
 #include "comm/size_check.hpp"
 #include "core/error.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 namespace tinyscale::comm {
 
@@ -72,8 +74,63 @@ Transport& MpiCommunicator::transport() { return *transport_; }
 
 WorkHandle MpiCommunicator::collective_work(const char* op, MPI_Request request,
                                             MpiWork::Finish finish) {
-  return std::make_unique<MpiWork>(*this, op, -1, -1, MpiWork::Kind::Collective, request,
-                                   std::move(finish));
+  auto work = std::make_unique<MpiWork>(*this, op, -1, -1, MpiWork::Kind::Collective, request,
+                                        std::move(finish));
+  work->set_diagnosis([this, sequence = collectives_++] { return find_missing(sequence); });
+  return work;
+}
+
+// MPI cannot say which rank a collective waits for, so the ranks that time out ask each other:
+// each sends the number of the collective it is stuck in to every other rank (on the algorithm
+// communicator, under a tag of its own) and collects the same note from the others for a grace
+// period of a quarter of the deadline (50 ms to 2 s). Ranks stuck in the same collective time out
+// together and answer; the rank that never reached it (asleep, computing, dead) does not.
+std::string MpiCommunicator::find_missing(std::int64_t sequence) {
+  constexpr int kNoteTag = 1; // the algorithms use tag 0 on that communicator
+  if (size_ <= 1) return {};
+  notes_.push_back(sequence); // MPI reads it after the sends are released: it must stay put
+  for (int peer = 0; peer < size_; ++peer) {
+    MPI_Request request;
+    if (peer != rank_ && MPI_Isend(&notes_.back(), 1, MPI_INT64_T, peer, kNoteTag, algorithm_comm_,
+                                   &request) == MPI_SUCCESS)
+      MPI_Request_free(&request); // completes in the background, or never for a dead rank
+  }
+  using std::chrono::milliseconds;
+  const auto grace = std::clamp(options_.timeout / 4, milliseconds(50), milliseconds(2000));
+  const Clock::time_point until = Clock::now() + grace;
+  std::vector<bool> answered(static_cast<std::size_t>(size_), false);
+  answered[static_cast<std::size_t>(rank_)] = true;
+  int silent = size_ - 1;
+  while (silent > 0 && Clock::now() < until) {
+    int arrived = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kNoteTag, algorithm_comm_, &arrived, &status) != MPI_SUCCESS)
+      break;
+    if (!arrived) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    std::int64_t note = -1;
+    MPI_Recv(&note, 1, MPI_INT64_T, status.MPI_SOURCE, kNoteTag, algorithm_comm_,
+             MPI_STATUS_IGNORE);
+    const auto from = static_cast<std::size_t>(status.MPI_SOURCE);
+    if (note == sequence && !answered[from]) { // older notes are of older timeouts
+      answered[from] = true;
+      --silent;
+    }
+  }
+  if (silent == 0)
+    return "; every other rank reported waiting in it too: all reached it, yet it did not "
+           "finish (this rank was itself held up, the network is slow, or the deadline is too "
+           "short)";
+  std::string missing;
+  for (int r = 0; r < size_; ++r)
+    if (!answered[static_cast<std::size_t>(r)])
+      missing += detail::concat(missing.empty() ? "" : ", ", "rank ", r, " (world rank ",
+                                world_rank(r), ")");
+  return detail::concat("; no word from ", missing, " within ", grace.count(),
+                        " ms after the deadline: ", silent == 1 ? "it" : "they",
+                        " never reached this collective (stopped, still computing, or gone)");
 }
 
 void MpiCommunicator::check_call(const std::string& op, std::vector<std::int64_t> signature,

@@ -11,6 +11,7 @@
 #include "comm/communicator.hpp"
 #include "comm/mpi/mpi_request.hpp"
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mpi.h>
@@ -86,6 +87,11 @@ private:
   void check_peer(const char* op, int peer, int tag) const;
   /// The Work of a started collective `op`.
   WorkHandle collective_work(const char* op, MPI_Request request, MpiWork::Finish finish = {});
+  /// At the deadline of this group's collective number `sequence`: the ranks that are not in it.
+  /// This rank tells every other rank that it waits in that collective, then listens a short
+  /// while for the same note from them; whoever sends none never reached the collective. Returns
+  /// the words a timeout Error adds ("; no word from rank 2 (world rank 2) ...").
+  std::string find_missing(std::int64_t sequence);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm algorithm_comm_ = MPI_COMM_NULL;
@@ -95,6 +101,8 @@ private:
   std::vector<int> world_ranks_;
   CommOptions options_;
   std::unique_ptr<MpiTransport> transport_;
+  std::int64_t collectives_ = 0;   ///< collectives started on this group so far
+  std::deque<std::int64_t> notes_; ///< find_missing's outgoing notes (MPI reads them later)
 };
 
 /// Transport over MPI point-to-point messages on a communicator reserved for the algorithms.

@@ -162,8 +162,14 @@ void MpiWork::give_up(Clock::time_point started) {
   // A cancelled recv and a released send are over; an abandoned collective is not (is_completed).
   done_ = kind_ != Kind::Collective;
   timed_out_ = true;
+  std::string diagnosis;
   try {
-    throw_timeout(comm_, op_, peer_, tag_, waited);
+    if (diagnose_) diagnosis = diagnose_();
+  } catch (...) {
+    diagnosis.clear(); // a diagnosis that fails must not hide the timeout itself
+  }
+  try {
+    throw_timeout(comm_, op_, peer_, tag_, waited, diagnosis);
   } catch (...) {
     error_ = std::current_exception(); // every later wait() rethrows it
   }

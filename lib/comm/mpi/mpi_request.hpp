@@ -61,6 +61,9 @@ public:
   MpiWork& operator=(const MpiWork&) = delete;
 
   void wait() override;
+  /// What a timeout Error adds about who holds the operation up, asked for at the deadline (a
+  /// collective has no single peer; see MpiCommunicator::find_missing).
+  void set_diagnosis(std::function<std::string()> diagnose) { diagnose_ = std::move(diagnose); }
   /// True once MPI has finished with the request. For a collective abandoned at its deadline this
   /// stays false until MPI completes it (it may still write the buffers); wait() still throws the
   /// timeout either way.
@@ -85,6 +88,7 @@ private:
   Kind kind_;
   MPI_Request request_;
   Finish finish_;
+  std::function<std::string()> diagnose_;
   Clock::time_point issued_ = Clock::now(); ///< the request was started just before this
   Clock::time_point seen_done_;             ///< when MPI_Test or the wait first saw it complete
   bool done_ = false;      ///< MPI has finished with the request (or it was cancelled, released)

@@ -41,7 +41,10 @@ void PayloadPool::release(Payload payload) {
 
 // Two buffers per rank: about what a ring step has in flight, so steady state allocates nothing.
 Fabric::Fabric(int world_size) : pool_(2 * static_cast<std::size_t>(world_size)) {
-  for (int r = 0; r < world_size; ++r) mailboxes_.push_back(std::make_unique<Mailbox>());
+  for (int r = 0; r < world_size; ++r) {
+    mailboxes_.push_back(std::make_unique<Mailbox>());
+    mailboxes_.back()->waits_on.assign(static_cast<std::size_t>(world_size), 0);
+  }
 }
 
 void Fabric::send(const MailboxKey& key, const MessageHeader& header, const void* buffer) {
@@ -87,13 +90,29 @@ WaitResult Fabric::wait(const ReceiveTicket& ticket, Clock::time_point deadline,
                         const std::atomic<bool>* cancel) {
   Mailbox& box = *mailboxes_.at(ticket.key.dst);
   std::unique_lock lock(box.mutex);
+  int& waits = box.waits_on.at(static_cast<std::size_t>(ticket.key.src));
+  ++waits;
+  // Runs with the lock held (every return below is made under it).
+  auto done = [&](WaitResult result) {
+    --waits;
+    box.gave_up_on = result == WaitResult::Received ? -1 : ticket.key.src;
+    return result;
+  };
   while (true) {
-    if (aborted_.load()) return WaitResult::Aborted;
-    if (cancel != nullptr && cancel->load()) return WaitResult::Cancelled;
-    if (take_locked(box, ticket, out)) return WaitResult::Received;
-    if (Clock::now() >= deadline) return WaitResult::TimedOut;
+    if (aborted_.load()) return done(WaitResult::Aborted);
+    if (cancel != nullptr && cancel->load()) return done(WaitResult::Cancelled);
+    if (take_locked(box, ticket, out)) return done(WaitResult::Received);
+    if (Clock::now() >= deadline) return done(WaitResult::TimedOut);
     box.arrived.wait_until(lock, deadline);
   }
+}
+
+int Fabric::waiting_for(int rank) const {
+  const Mailbox& box = *mailboxes_.at(rank);
+  std::lock_guard lock(box.mutex);
+  for (std::size_t src = 0; src < box.waits_on.size(); ++src)
+    if (box.waits_on[src] > 0) return static_cast<int>(src);
+  return box.gave_up_on;
 }
 
 bool Fabric::try_take(const ReceiveTicket& ticket, Message& out) {

@@ -116,6 +116,11 @@ public:
   /// Wakes every waiter of world rank `rank`, so it re-checks its cancel flag.
   void wake(int rank);
 
+  /// The world rank that world rank `rank` is waiting for a message from right now (any one, if
+  /// several of its threads wait), else the one its last wait gave up on (timed out, aborted),
+  /// else -1. Timeouts follow these links to the rank that holds a chain of waiting ranks up.
+  int waiting_for(int rank) const;
+
   /// Reserves `n` fresh communicator context ids and returns the first.
   std::uint64_t reserve_contexts(int n) { return next_context_.fetch_add(n); }
 
@@ -128,9 +133,11 @@ private:
   };
   // Everything addressed to one world rank, under one lock.
   struct Mailbox {
-    std::mutex mutex;
+    mutable std::mutex mutex;
     std::condition_variable arrived;
     std::map<MailboxKey, Queue> queues;
+    std::vector<int> waits_on; // per sender (world rank): waits in progress that expect it
+    int gave_up_on = -1;       // the sender of the last wait that ended without its message
   };
   bool take_locked(Mailbox& box, const ReceiveTicket& ticket, Message& out);
 

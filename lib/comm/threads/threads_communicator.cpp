@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <set>
 #include <utility>
 
 namespace tinyscale::comm::threads {
@@ -58,15 +59,41 @@ void ThreadsCommunicator::await(const ReceiveTicket& ticket, Message& out,
   if (context.sequence >= 0) op = detail::concat(op, " #", context.sequence);
   if (*context.phase != '\0') op = detail::concat(op, " (", context.phase, ")");
   if (result == WaitResult::TimedOut) {
-    throw_timeout(*this, op, context.peer, context.tag, Clock::now() - start);
+    throw_timeout(*this, op, context.peer, context.tag, Clock::now() - start,
+                  diagnose(world_rank(context.peer)));
   }
   if (result == WaitResult::Aborted) {
     throw Error(detail::concat("aborted: ", fabric_.abort_reason(), " (while ", op, " on ",
-                               describe(*this), " waited for rank ", context.peer, ")"));
+                               describe(*this), " waited for rank ", context.peer, ", world rank ",
+                               world_rank(context.peer), ")"));
   }
   throw Error(detail::concat(op, " on ", describe(*this),
                              " was cancelled: its communicator was destroyed while this rank was "
                              "failing with another error"));
+}
+
+// The ranks of one fabric are threads of one process, so a rank that timed out can look at what
+// the others are waiting for: in a ring, the rank it waits for may itself be waiting for the one
+// that stopped, and naming the neighbour alone would blame the wrong rank.
+std::string ThreadsCommunicator::diagnose(int peer) const {
+  std::set<int> seen = {world_ranks_[rank_], peer};
+  std::string chain;
+  int at = peer;
+  for (;;) {
+    const int next = fabric_.waiting_for(at);
+    if (next < 0) break;
+    chain += chain.empty()
+                 ? detail::concat("; world rank ", at, " is itself waiting for world rank ", next)
+                 : detail::concat(", which is waiting for world rank ", next);
+    if (!seen.insert(next).second)
+      return chain + ": a cycle, every rank in it waits for the next (they called different "
+                     "operations or receive before they send)";
+    at = next;
+  }
+  const std::string idle = "is not waiting for any message (still computing, stopped or gone)";
+  if (chain.empty()) return detail::concat("; world rank ", at, " ", idle);
+  return detail::concat(chain, ", which ", idle, ": world rank ", at,
+                        " is the rank holding the others up");
 }
 
 void ThreadsCommunicator::run_collective(const char* op, std::int64_t count, DType dtype,

@@ -114,6 +114,9 @@ private:
   WorkHandle start_collective(const char* op, std::int64_t count, DType dtype,
                               CollectiveArgument argument, CollectiveBody body);
   void check_peer(int peer, const char* op) const;
+  /// For a timeout while waiting for world rank `peer`: the chain of ranks waiting for each other
+  /// from `peer` on, up to the one that waits for no message (the rank holding everyone up).
+  std::string diagnose(int peer) const;
 
   Fabric& fabric_;
   std::uint64_t context_;
