@@ -26,6 +26,18 @@ struct PlanOptions {
   bool json = false;
 };
 
+// A size on the command line: an integer >= 1 (CLI11's PositiveNumber prints a double range).
+std::string positive_size(std::string& text) {
+  try {
+    std::size_t used = 0;
+    if (std::stol(text, &used) >= 1 && used == text.size()) return "";
+  } catch (const std::exception&) {
+  }
+  std::string message = "expected an integer >= 1, found '";
+  message += text;
+  return message + "'";
+}
+
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() &&
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -135,7 +147,10 @@ void add_plan(CLI::App& app) {
       "--gpus 2 --device cpu\n"
       "Models: a run config (.toml, its [model] and [train] batch_size, seq_len) or a preset: "
       "megatron-1.7b ... megatron-1t (Narayanan et al. 2021 Table 1), gpt3-175b, llama2-70b.\n"
-      "The cost model and its sources: lib/plan/predict.hpp and chapter 09.");
+      "The cost model and its sources: lib/plan/predict.hpp and chapter 09. A pipeline of more "
+      "than 256 micro-batches per step is not replayed whole: its step is timed at two shorter "
+      "lengths and extended linearly (lib/plan/pipeline.hpp; a unit test checks it against the "
+      "full replay), so a large --batch stays fast.");
   cmd->add_option("--model", opt->model, "Run config (.toml) or preset name")->required();
   cmd->add_option("--cluster", opt->cluster, "Topology TOML file (configs/topologies/*.toml)")
       ->required();
@@ -157,14 +172,17 @@ void add_plan(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--peak-tflops", opt->peak_tflops, "Peak per device for MFU, TF/s")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--top", opt->top, "Layouts to print (JSON: 0 = all)")
+  cmd->add_option("--top", opt->top, "Layouts to print (0 = all, as in the JSON)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--tp", opt->tp, "Only these tp sizes (repeatable)");
-  cmd->add_option("--pp", opt->pp, "Only these pp sizes (repeatable)");
-  cmd->add_option("--ep", opt->ep, "Only these ep sizes (repeatable)");
-  cmd->add_option("--zero", opt->zero, "Only these ZeRO stages (repeatable)");
-  cmd->add_option("--micro-batch", opt->micro_batch, "Micro-batch sizes to try (default 1 2 4 8)");
+  const CLI::Validator positive(positive_size, "INT>=1");
+  cmd->add_option("--tp", opt->tp, "Only these tp sizes (repeatable)")->check(positive);
+  cmd->add_option("--pp", opt->pp, "Only these pp sizes (repeatable)")->check(positive);
+  cmd->add_option("--ep", opt->ep, "Only these ep sizes (repeatable)")->check(positive);
+  cmd->add_option("--zero", opt->zero, "Only these ZeRO stages, 0 to 3 (repeatable)")
+      ->check(CLI::Range(0, 3));
+  cmd->add_option("--micro-batch", opt->micro_batch, "Micro-batch sizes to try (default 1 2 4 8)")
+      ->check(positive);
   cmd->add_option("--schedule", opt->schedules,
                   "Only these schedules: gpipe, 1f1b, interleaved, zb-h1 (repeatable)");
   cmd->add_option("--recompute", opt->recompute, "Only none or full (repeatable)");

@@ -13,9 +13,11 @@ double a100_layer_rate() {
   // Table 4 (baseline, no recompute: forward 7.7 ms, backward 11.9 ms on Selene's A100s).
   const double b = 4, s = 2048, h = 6144, t = 8;
   const double forward_flops = (24 * b * s * h * h + 4 * b * s * s * h) / t; // per GPU
-  // The forward's two all-reduces of b s h bf16 values over 8 GPUs stall it; the backward's two
-  // ran under the weight-gradient GEMMs in that measurement (Korthikanti sec. 6.2), so only the
-  // forward's are taken out. NVLink 3: 300 GB/s per direction, 3.4 us (selene-a100.toml).
+  // The forward's two all-reduces of b s h bf16 values over 8 GPUs stall it, so they are taken
+  // out. The backward's two run while the weight-gradient GEMMs they follow compute (Megatron's
+  // asynchronous all-reduce of the input gradient, tensor_parallel/layers.py), which plan/predict
+  // prices the same way: it gives 19.6 ms back (test_plan_megatron.cpp). NVLink 3: 300 GB/s per
+  // direction, 3.4 us (selene-a100.toml).
   const double all_reduce = mesh::ring_all_reduce_seconds(8, b * s * h * 2, 300, 3.4);
   const double compute_seconds = 7.7e-3 + 11.9e-3 - 2 * all_reduce;
   return 3 * forward_flops / compute_seconds;

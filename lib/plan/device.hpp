@@ -22,8 +22,9 @@ struct Device {
 
 /// The sustained rate of one transformer layer of the 22B model of Korthikanti et al. 2022 on
 /// A100s (Table 4, "baseline no recompute": 19.6 ms forward + backward, t = 8, b = 4, s = 2048,
-/// h = 6144, a = 64) after taking out its four tensor-parallel all-reduces as this planner prices
-/// them on NVLink 3 (300 GB/s, 3.4 us): matmul FLOPs / (19.6 ms - all-reduces).
+/// h = 6144, a = 64) after taking out the forward's two tensor-parallel all-reduces as this
+/// planner prices them on NVLink 3 (300 GB/s, 3.4 us); the backward's two run under the weight-
+/// gradient GEMMs: matmul FLOPs / (19.6 ms - 2 all-reduces).
 double a100_layer_rate();
 
 /// "a100" (312 TF/s bf16, 80 GB), "h100" (989 TF/s, 80 GB); see device.cpp for the sources.

@@ -1,9 +1,7 @@
-// The memory filter of the planner (chapter 09): the bytes one device holds for a layout, as the
-// training state (ZeRO's formulas, zero/memory.hpp, the code chapter 07 checks) plus activations
-// (Korthikanti et al. 2022, Table 2; THEORY.md sec. 4) times the micro-batches a pipeline rank
-// holds at its peak. The easy thing to get wrong: with full recompute a layer keeps only its input
-// (2 s b h bytes), but the backward rebuilds one whole layer's activations at a time, so that one
-// layer's full set is still needed on top.
+// The memory filter of the planner (chapter 09): training state (ZeRO's formulas, zero/memory.hpp)
+// plus activations (Korthikanti et al. 2022, Table 2) times the micro-batches a pipeline rank holds
+// at its peak. The easy thing to get wrong: with full recompute a layer keeps only its input
+// (2 s b h bytes), but the backward rebuilds one whole layer at a time, whose full set is on top.
 #pragma once
 
 #include "plan/layout.hpp"

@@ -122,6 +122,10 @@ ModelShape model_preset(const std::string& name) {
 
 ModelShape shape_of(const nn::ModelConfig& cfg, std::int64_t seq, const std::string& name) {
   cfg.validate();
+  TS_CHECK(seq >= 1 && seq <= cfg.n_positions, "model '", name,
+           "': expected a sequence length of 1 to n_positions = ", cfg.n_positions,
+           " (the learned positions the model has), found ", seq,
+           "; pass a smaller --seq or raise n_positions in [model]");
   ModelShape m{.name = name,
                .layers = cfg.n_layer,
                .hidden = cfg.n_embd,

@@ -59,7 +59,8 @@ double recompute_flops_per_iteration(const ModelShape& m, std::int64_t batch);
 std::vector<ModelShape> model_presets();
 /// The preset named `name`; an Error listing the presets when there is none.
 ModelShape model_preset(const std::string& name);
-/// The shape of a tinyscale model config trained at sequence length `seq`.
+/// The shape of a tinyscale model config trained at sequence length `seq`; throws unless
+/// 1 <= seq <= cfg.n_positions (the model has no position past it).
 ModelShape shape_of(const nn::ModelConfig& cfg, std::int64_t seq, const std::string& name);
 
 } // namespace tinyscale::plan

@@ -1,13 +1,13 @@
-// The planner's cost model (chapter 09). A layout's pipeline is built as chapter 06's schedule,
-// priced per virtual stage (matmuls at the sustained rate, plus the tp and ep collectives that
-// stall them), replayed by chapter 06's simulator twice, with and without the p2p time, so that
-// the exposed send/recv and the bubble come apart; the dp/ZeRO traffic is added after it.
+// The planner's cost model (chapter 09). A layout is priced per virtual stage (matmuls at the
+// sustained rate, plus the tp and ep collectives that stall them), its pipeline timed with and
+// without the p2p time (plan/pipeline.hpp), so that the exposed send/recv and the bubble come
+// apart, and the dp/ZeRO traffic is added after it.
 #include "plan/predict.hpp"
 
 #include "core/error.hpp"
 #include "mesh/placement.hpp"
 #include "plan/memory.hpp"
-#include "pp/simulate.hpp"
+#include "plan/pipeline.hpp"
 #include "zero/memory.hpp"
 
 #include <algorithm>
@@ -22,24 +22,48 @@ zero::StateBytesPerParameter state_constants(const Device& d) {
   return d.precision == "fp32" ? zero::kFp32 : zero::kMixedPrecision;
 }
 
-// The slowest link of the groups along `axes`, as the placement report found it.
-Link link_of(const mesh::PlacementReport& report, const mesh::AxisSet& axes,
-             const mesh::Topology& topology) {
-  for (const mesh::GroupPlacement& g : report.groups) {
-    if (!mesh::same_axes(g.axes, axes) || g.level < 0) continue;
-    Link link{"", g.bandwidth_gb_s, g.latency_us};
-    for (const mesh::LinkLevel& level : topology.levels)
-      if (level.bandwidth_gb_s == g.bandwidth_gb_s && level.latency_us == g.latency_us)
-        link.name = level.name;
-    return link;
-  }
-  return {};
+// The slowest link of the groups along `axes` for a collective of `bytes` per rank. place() ranks
+// the groups of one kind by a ring all-reduce of `bytes`, which takes exactly twice a
+// reduce-scatter, all-gather or all-to-all of the same bytes: the same order as theirs.
+Link slowest_link(const mesh::MeshLayout& mesh, const mesh::Topology& topology,
+                  const mesh::AxisSet& axes, double bytes) {
+  const mesh::PlacementReport report = mesh::place(mesh, topology, std::max(bytes, 1.0), {axes});
+  const mesh::GroupPlacement& g = report.groups.front();
+  if (g.level < 0) return {};
+  Link link{"", g.bandwidth_gb_s, g.latency_us};
+  for (const mesh::LinkLevel& level : topology.levels)
+    if (level.bandwidth_gb_s == g.bandwidth_gb_s && level.latency_us == g.latency_us)
+      link.name = level.name;
+  return link;
+}
+
+// Each group's slowest link for the message it sends: b s h (the activation, `activation` bytes)
+// for tp, top_k of them for ep, a rank's gradients for dp. A pp message goes to the next stage
+// (alpha + M/B, M = activation / t): its group's ring, priced as an all-reduce of p M bytes
+// (2 (p-1) (alpha + M/B)), is slowest where a send/recv is. The ring includes the hop from the
+// last stage back to the first, which only the interleaved schedule uses: a cautious price for
+// the others.
+struct GroupLinks {
+  Link tp, pp, ep, dp, expert_dp;
+};
+
+GroupLinks group_links(const PlanLayout& layout, const mesh::Topology& topology, double activation,
+                       int top_k, double dense_bytes, double expert_bytes) {
+  const mesh::MeshLayout mesh = layout.mesh();
+  using mesh::Axis;
+  return {slowest_link(mesh, topology, {Axis::Tp}, activation),
+          slowest_link(mesh, topology, {Axis::Pp}, layout.pp * activation / layout.tp),
+          slowest_link(mesh, topology, {Axis::Ep}, activation * top_k),
+          slowest_link(mesh, topology, {Axis::Dp, Axis::Cp, Axis::Ep}, dense_bytes),
+          slowest_link(mesh, topology, {Axis::Dp, Axis::Cp}, expert_bytes)};
 }
 
 // Seconds of the dp/ZeRO traffic of `psi` parameters over `ranks` ranks: chapter 07's traffic
 // (zero::traffic_formula, elements sent per rank as a multiple of psi) at the link's bandwidth,
 // plus (N-1) alpha per collective: 2 for stages 0-1 (one all-reduce or reduce-scatter +
-// all-gather), m + 1 for stage 2, 3 m for stage 3.
+// all-gather), m + 1 for stage 2, 3 m for stage 3. It runs after the last backward, unhidden:
+// Megatron-LM reduced the gradients after the backward in the runs of Narayanan et al. 2021 (the
+// overlap came in 2023 as --overlap-grad-reduce, NVIDIA/Megatron-LM issue #391).
 double zero_seconds(int stage, double psi, int ranks, int micro_batches, double bytes,
                     const Link& link) {
   if (ranks == 1 || psi == 0) return 0;
@@ -60,6 +84,75 @@ struct StagePrice {
             weight_compute};
   }
 };
+
+// Per virtual stage and micro-batch: layer matmuls (the backward is 2x the forward, split evenly
+// into input and weight gradients, and recompute adds one forward to the input half), the logit
+// layer on the last stage, and the collectives that stall them. The forward's two tp all-reduces
+// stall it, and so do the recomputed forward's. The backward's two (the input gradients of the
+// column-parallel QKV and first MLP matmuls) run while that matmul computes its weight gradient
+// (Megatron's asynchronous tp all-reduce), so only what outlasts that GEMM, 6 b s h^2 / t and
+// 8 b s h^2 / t FLOPs (top_k times on a MoE layer), is exposed; under ZB-H1 the weight gradient
+// is deferred, and all of it is.
+std::vector<StagePrice> stage_prices(const ModelShape& model, const PlanLayout& layout, double rate,
+                                     double tp_all_reduce, double ep_all_to_all) {
+  const int virtual_stages = layout.pp * layout.chunks;
+  const int per_stage = model.layers / virtual_stages;
+  const double b = layout.micro_batch, t = layout.tp, s = static_cast<double>(model.seq);
+  const double h = static_cast<double>(model.hidden);
+  const double redo = layout.recompute == Recompute::Full ? 1 : 0;
+  const bool deferred_weights = layout.pp > 1 && layout.schedule == pp::ScheduleKind::ZeroBubbleH1;
+  const auto exposed = [&](double weight_gemm_flops) {
+    return deferred_weights ? tp_all_reduce
+                            : std::max(0.0, tp_all_reduce - weight_gemm_flops / rate);
+  };
+  std::vector<StagePrice> prices(static_cast<std::size_t>(virtual_stages));
+  for (int vs = 0; vs < virtual_stages; ++vs) {
+    StagePrice& price = prices[static_cast<std::size_t>(vs)];
+    for (int layer = vs * per_stage; layer < (vs + 1) * per_stage; ++layer) {
+      const bool moe = model.experts > 0 && (layer + 1) % model.moe_every == 0;
+      const double f = layer_forward_flops(model, layer) * b / t / rate;
+      price.forward_compute += f;
+      price.backward_compute += (1 + redo) * f;
+      price.weight_compute += f;
+      price.forward_tp += 2 * tp_all_reduce;
+      price.backward_tp += 2 * redo * tp_all_reduce + exposed(6 * b * s * h * h / t) +
+                           exposed((moe ? model.top_k : 1) * 8 * b * s * h * h / t);
+      if (moe) {
+        price.forward_ep += 2 * ep_all_to_all; // dispatch and combine
+        price.backward_ep += (2 + 2 * redo) * ep_all_to_all;
+      }
+    }
+    if (vs == virtual_stages - 1) {
+      const double g = logit_forward_flops(model) * b / t / rate; // never recomputed
+      price.forward_compute += g;
+      price.backward_compute += g;
+      price.weight_compute += g;
+    }
+  }
+  return prices;
+}
+
+// The training state and activations of one device of a pipeline rank that holds `params` and
+// at most `in_flight` micro-batches' activations of each of its layers at once.
+RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
+                       const RankParameters& params, double in_flight, const Device& device) {
+  const double e = element_bytes(device);
+  const zero::StateBytesPerParameter constants = state_constants(device);
+  RankMemory out;
+  out.parameters = params.dense + params.expert;
+  out.state_bytes =
+      zero::state_bytes_formula(layout.zero, params.dense, layout.dp * layout.ep, constants)
+          .total() +
+      zero::state_bytes_formula(layout.zero, params.expert, layout.dp, constants).total();
+  const int layers = model.layers / layout.pp;
+  out.activation_bytes =
+      in_flight * layers *
+      activation_bytes_per_layer(model, layout.micro_batch, layout.tp, layout.recompute) * e / 2;
+  if (layout.recompute == Recompute::Full) // the backward rebuilds one whole layer at a time
+    out.activation_bytes +=
+        activation_bytes_per_layer(model, layout.micro_batch, layout.tp, Recompute::None) * e / 2;
+  return out;
+}
 
 } // namespace
 
@@ -87,77 +180,42 @@ void check_layout(const ModelShape& model, const PlanLayout& l, const Cluster& c
 Prediction predict(const ModelShape& model, const PlanLayout& layout, const Cluster& cluster) {
   check_layout(model, layout, cluster);
   const Device& device = cluster.device;
-  const int p = layout.pp, v = layout.chunks, m = layout.micro_batches, t = layout.tp;
-  const double e = element_bytes(device), rate = device.kernel_flops;
-  const double b = layout.micro_batch, s = static_cast<double>(model.seq);
-  const double h = static_cast<double>(model.hidden);
-  const double redo = layout.recompute == Recompute::Full ? 1 : 0;
+  const int p = layout.pp, v = layout.chunks, m = layout.micro_batches;
+  const double e = element_bytes(device);
+  const double activation = layout.micro_batch * static_cast<double>(model.seq * model.hidden) * e;
+  std::vector<RankParameters> params;
+  double dense_bytes = 0, expert_bytes = 0; // the largest gradient buffer of any rank
+  for (int r = 0; r < p; ++r) {
+    params.push_back(rank_parameters(model, layout, r));
+    dense_bytes = std::max(dense_bytes, params.back().dense * e);
+    expert_bytes = std::max(expert_bytes, params.back().expert * e);
+  }
 
   Prediction out;
   out.layout = layout;
-  const mesh::MeshLayout mesh = layout.mesh();
-  using mesh::Axis;
-  const mesh::PlacementReport report = mesh::place(
-      mesh, cluster.topology, 1.0,
-      {{Axis::Tp}, {Axis::Pp}, {Axis::Ep}, {Axis::Dp, Axis::Cp, Axis::Ep}, {Axis::Dp, Axis::Cp}});
-  out.tp_link = link_of(report, {Axis::Tp}, cluster.topology);
-  out.pp_link = link_of(report, {Axis::Pp}, cluster.topology);
-  out.ep_link = link_of(report, {Axis::Ep}, cluster.topology);
-  out.dp_link = link_of(report, {Axis::Dp, Axis::Cp, Axis::Ep}, cluster.topology);
-  const Link expert_dp_link = link_of(report, {Axis::Dp, Axis::Cp}, cluster.topology);
+  const GroupLinks links =
+      group_links(layout, cluster.topology, activation, model.top_k, dense_bytes, expert_bytes);
+  out.tp_link = links.tp;
+  out.pp_link = links.pp;
+  out.ep_link = links.ep;
+  out.dp_link = links.dp;
+  const Link& expert_dp_link = links.expert_dp;
 
-  // Per virtual stage and micro-batch: layer matmuls (the backward is 2x the forward, split
-  // evenly into input and weight gradients, and recompute adds one forward to the input half),
-  // the logit layer on the last stage, and the collectives that stall them.
-  const double tp_all_reduce =
-      collective_seconds(Collective::AllReduce, t, b * s * h * e, out.tp_link);
-  const double ep_all_to_all =
-      collective_seconds(Collective::AllToAll, layout.ep, b * s * h * e * model.top_k, out.ep_link);
-  const int virtual_stages = p * v, per_stage = model.layers / virtual_stages;
-  std::vector<StagePrice> prices(static_cast<std::size_t>(virtual_stages));
-  for (int vs = 0; vs < virtual_stages; ++vs) {
-    StagePrice& price = prices[static_cast<std::size_t>(vs)];
-    for (int layer = vs * per_stage; layer < (vs + 1) * per_stage; ++layer) {
-      const double f = layer_forward_flops(model, layer) * b / t / rate;
-      price.forward_compute += f;
-      price.backward_compute += (1 + redo) * f;
-      price.weight_compute += f;
-      price.forward_tp += 2 * tp_all_reduce;
-      price.backward_tp += (2 + 2 * redo) * tp_all_reduce;
-      if (model.experts > 0 && (layer + 1) % model.moe_every == 0) {
-        price.forward_ep += 2 * ep_all_to_all; // dispatch and combine
-        price.backward_ep += (2 + 2 * redo) * ep_all_to_all;
-      }
-    }
-    if (vs == virtual_stages - 1) {
-      const double g = logit_forward_flops(model) * b / t / rate; // never recomputed
-      price.forward_compute += g;
-      price.backward_compute += g;
-      price.weight_compute += g;
-    }
-  }
+  const std::vector<StagePrice> prices = stage_prices(
+      model, layout, device.kernel_flops,
+      collective_seconds(Collective::AllReduce, layout.tp, activation, out.tp_link),
+      collective_seconds(Collective::AllToAll, layout.ep, activation * model.top_k, out.ep_link));
 
   // The pipeline: chapter 06's schedule and simulator. With scatter/gather (Narayanan 2021
   // sec. 4.1) each tp rank sends 1/t of the b s h activation to the next stage.
-  const pp::ScheduleKind kind = p == 1 ? pp::ScheduleKind::OneFOneB : layout.schedule;
-  const pp::Schedule schedule = pp::make_schedule(kind, p, m, v);
-  pp::Costs costs;
-  for (const StagePrice& price : prices) costs.stages.push_back(price.costs());
-  const pp::Simulation quiet = pp::simulate(schedule, costs);
-  double makespan = quiet.makespan;
-  if (p > 1) {
-    costs.p2p = collective_seconds(Collective::SendRecv, 2, b * s * h * e / t, out.pp_link);
-    makespan = pp::simulate(schedule, costs).makespan;
-  }
+  std::vector<pp::StageCosts> costs;
+  for (const StagePrice& price : prices) costs.push_back(price.costs());
+  const double p2p =
+      p == 1 ? 0 : collective_seconds(Collective::SendRecv, 2, activation / layout.tp, out.pp_link);
+  const PipelineTimes pipeline =
+      time_pipeline(p == 1 ? pp::ScheduleKind::OneFOneB : layout.schedule, p, m, v, costs, p2p);
 
-  // Each rank's share, and the memory it holds.
-  const zero::StateBytesPerParameter constants = state_constants(device);
-  const double layer_activations =
-      activation_bytes_per_layer(model, layout.micro_batch, t, layout.recompute) * e / 2;
-  const double rebuilt =
-      layout.recompute == Recompute::Full
-          ? activation_bytes_per_layer(model, layout.micro_batch, t, Recompute::None) * e / 2
-          : 0;
+  // Each rank's share of the step and of the memory; the busiest and the fullest are reported.
   double busiest = -1;
   for (int r = 0; r < p; ++r) {
     double compute = 0, tp = 0, ep = 0;
@@ -173,27 +231,22 @@ Prediction predict(const ModelShape& model, const PlanLayout& layout, const Clus
       out.tp_seconds = tp;
       out.ep_seconds = ep;
     }
-    const RankParameters params = rank_parameters(model, layout, r);
-    const double state =
-        zero::state_bytes_formula(layout.zero, params.dense, layout.dp * layout.ep, constants)
-            .total() +
-        zero::state_bytes_formula(layout.zero, params.expert, layout.dp, constants).total();
-    const double activations =
-        quiet.peak_in_flight[static_cast<std::size_t>(r)] * v * per_stage * layer_activations +
-        rebuilt;
-    if (state + activations > out.memory_bytes) {
-      out.memory_bytes = state + activations;
-      out.state_bytes = state;
-      out.activation_bytes = activations;
+    const RankParameters& mine = params[static_cast<std::size_t>(r)];
+    const RankMemory memory = rank_memory(
+        model, layout, mine, pipeline.peak_in_flight[static_cast<std::size_t>(r)], device);
+    if (memory.total() > out.memory_bytes) {
+      out.memory_bytes = memory.total();
+      out.state_bytes = memory.state_bytes;
+      out.activation_bytes = memory.activation_bytes;
     }
     const double dp =
-        zero_seconds(layout.zero, params.dense, layout.dp * layout.ep, m, e, out.dp_link) +
-        zero_seconds(layout.zero, params.expert, layout.dp, m, e, expert_dp_link);
+        zero_seconds(layout.zero, mine.dense, layout.dp * layout.ep, m, e, out.dp_link) +
+        zero_seconds(layout.zero, mine.expert, layout.dp, m, e, expert_dp_link);
     out.dp_seconds = std::max(out.dp_seconds, dp);
   }
-  out.bubble_seconds = std::max(0.0, quiet.makespan - busiest); // -1e-16 when there is none
-  out.pp_seconds = makespan - quiet.makespan;
-  out.step_seconds = makespan + out.dp_seconds;
+  out.bubble_seconds = std::max(0.0, pipeline.quiet_makespan - busiest); // -1e-16 when none
+  out.pp_seconds = pipeline.makespan - pipeline.quiet_makespan;
+  out.step_seconds = pipeline.makespan + out.dp_seconds;
 
   const double devices = layout.world();
   out.model_flops = model_flops_per_iteration(model, layout.global_batch());

@@ -1,10 +1,8 @@
 // The planner's cost model (chapter 09): one layout's predicted step time, split into compute,
-// exposed communication per axis and pipeline bubble, its MFU and its memory per device.
-// Compute is matmul FLOPs at the device's sustained rate; tp, ep and pp communication is priced on
-// the link the placement report finds for each group; the pipeline runs in chapter 06's simulator
-// with those stage costs. The easy thing to get wrong: which communication hides. Here none does:
-// tp and ep collectives stall the layer that waits for them, and the dp/ZeRO gradient traffic runs
-// after the last backward, as in Megatron-LM's 2021 runs (Korthikanti et al. 2022, sec. 6.3).
+// exposed communication per axis and pipeline bubble, its MFU and its memory per device. The easy
+// thing to get wrong: which communication hides. Only the backward's tp all-reduces do (under the
+// weight-gradient GEMMs, as in the layer the a100 rate comes from); the dp/ZeRO traffic runs after
+// the last backward, as in the Megatron-LM runs of Narayanan et al. 2021 (sources: predict.cpp).
 #pragma once
 
 #include "mesh/topology.hpp"
@@ -31,15 +29,15 @@ struct Prediction {
   PlanLayout layout;
   double step_seconds = 0;
   double compute_seconds = 0; ///< matmul time of the busiest rank, recompute included
-  double tp_seconds =
-      0; ///< tensor-parallel all-reduces (4 per layer per micro-batch, +2 recompute)
-  double ep_seconds = 0;        ///< expert all-to-alls (dispatch + combine, forward and backward)
-  double pp_seconds = 0;        ///< exposed send/recv: the makespan with p2p minus without
-  double bubble_seconds = 0;    ///< pipeline idle time of the busiest rank (simulated)
-  double dp_seconds = 0;        ///< gradient reduction / ZeRO traffic after the backward
-  double model_flops = 0;       ///< per step, all devices, no recompute
-  double hardware_flops = 0;    ///< per step, all devices, recompute included
-  double mfu = 0;               ///< model_flops / (step x devices x peak)
+  double tp_seconds = 0;      ///< exposed tp all-reduces (2 per layer and micro-batch, +2 with
+                              ///< recompute, + what outlasts the backward's weight-gradient GEMMs)
+  double ep_seconds = 0;      ///< expert all-to-alls (dispatch + combine, forward and backward)
+  double pp_seconds = 0;      ///< exposed send/recv: the makespan with p2p minus without
+  double bubble_seconds = 0;  ///< pipeline idle time of the busiest rank (simulated)
+  double dp_seconds = 0;      ///< gradient reduction / ZeRO traffic after the backward
+  double model_flops = 0;     ///< per step, all devices, no recompute
+  double hardware_flops = 0;  ///< per step, all devices, recompute included
+  double mfu = 0;             ///< model_flops / (step x devices x peak)
   double tflops_per_device = 0; ///< hardware_flops / step / devices / 1e12 (Narayanan's metric)
   double state_bytes = 0;       ///< of the device with the most memory
   double activation_bytes = 0;  ///< of that device

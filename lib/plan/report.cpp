@@ -77,7 +77,8 @@ std::string format_plan(const Plan& plan, const Cluster& cluster, int top) {
   std::vector<std::vector<std::string>> rows = {{"#", "mesh", "b x m", "schedule", "zero",
                                                  "recompute", "step", "MFU", "memory/GPU",
                                                  "compute", "tp", "pp", "dp", "ep", "bubble"}};
-  const int n = std::min<int>(top, static_cast<int>(plan.ranked.size()));
+  const int ranked = static_cast<int>(plan.ranked.size());
+  const int n = top <= 0 ? ranked : std::min(top, ranked);
   for (int i = 0; i < n; ++i) {
     const Prediction& p = plan.ranked[static_cast<std::size_t>(i)];
     const PlanLayout& l = p.layout;
@@ -89,8 +90,8 @@ std::string format_plan(const Plan& plan, const Cluster& cluster, int top) {
                     share(p.compute_seconds, s), share(p.tp_seconds, s), share(p.pp_seconds, s),
                     share(p.dp_seconds, s), share(p.ep_seconds, s), share(p.bubble_seconds, s)});
   }
-  std::string out = n > 0 ? table(rows) : "no layout fits in memory\n";
-  if (n > 0) {
+  std::string out = plan.ranked.empty() ? "no layout fits in memory\n" : table(rows);
+  if (!plan.ranked.empty()) {
     const Prediction& best = plan.ranked.front();
     out += "\nlinks of #1: tp " + link_text(best.tp_link) + ", pp " + link_text(best.pp_link) +
            ", dp " + link_text(best.dp_link);
@@ -114,12 +115,20 @@ std::string explain_plan(const Plan& plan, const Cluster& cluster) {
                                    " dropped by the memory filter (budget ",
                                    fixed("%.1f GiB", cluster.memory_bytes / (1 << 30)), ")");
   if (plan.ranked.empty()) {
-    if (plan.too_big > 0)
-      out += detail::concat("; the smallest needs ",
-                            fixed("%.1f GiB", plan.smallest_misfit.memory_bytes / (1 << 30)),
-                            " per GPU (", plan.smallest_misfit.layout.describe(),
-                            "): use more GPUs, ZeRO, recompute or a smaller micro-batch");
-    return out + ".\n";
+    const Prediction& small = plan.smallest_misfit;
+    const PlanLayout& l = small.layout;
+    if (plan.too_big == 0) return out + ".\n";
+    out +=
+        detail::concat("; the smallest needs ", fixed("%.1f GiB", small.memory_bytes / (1 << 30)),
+                       " per GPU (", l.describe(), ")");
+    if (l.zero == 3 && l.recompute == Recompute::Full && l.micro_batch == 1)
+      return out +
+             detail::concat(
+                 ". It already uses ZeRO-3, full recompute and micro-batches of 1, and its "
+                 "training state alone takes ",
+                 fixed("%.1f GiB", small.state_bytes / (1 << 30)),
+                 " per GPU: only more GPUs (or more memory per GPU) can make a layout fit.\n");
+    return out + ": use more GPUs, ZeRO, recompute or a smaller micro-batch.\n";
   }
   out += ".\n";
   const Prediction& best = plan.ranked.front();
@@ -173,7 +182,8 @@ std::string plan_json(const Plan& plan, const ModelShape& model, const Cluster& 
                 {"top_k", model.top_k},
                 {"parameters", total_parameters(model)}};
   j["cluster"] = {{"topology", cluster.topology.name},
-                  {"devices", cluster.topology.device_count()},
+                  {"devices", plan.devices},
+                  {"topology_devices", cluster.topology.device_count()},
                   {"device", cluster.device.name},
                   {"peak_flops", cluster.device.peak_flops},
                   {"kernel_flops", cluster.device.kernel_flops},

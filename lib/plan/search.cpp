@@ -1,5 +1,6 @@
 // The planner's search (chapter 09): nested loops over the sizes, in the order the rank order
-// nests them, then a stable sort by step time, ties broken by memory per device.
+// nests them, then a stable sort by step time, ties broken by memory per device. An empty search
+// is explained by trying each filter alone.
 #include "plan/search.hpp"
 
 #include "core/error.hpp"
@@ -21,12 +22,113 @@ template <typename T> bool allowed(const std::vector<T>& list, T value) {
   return list.empty() || std::find(list.begin(), list.end(), value) != list.end();
 }
 
+// "tp 2 4": a filter's name and its values.
+std::string joined(const char* name, const std::vector<int>& values) {
+  std::string out = name;
+  for (int v : values) {
+    out += ' ';
+    out += std::to_string(v);
+  }
+  return out;
+}
+
+// A filter the user set: how to name it, and the unfiltered space with only it set.
+struct Filter {
+  std::string text;
+  SearchSpace alone;
+};
+
+// The filters `space` sets (a list that is not empty, or not the default), in flag order.
+std::vector<Filter> filters_of(const SearchSpace& space, const SearchSpace& open) {
+  const SearchSpace defaults;
+  std::vector<Filter> out;
+  const auto add = [&](std::string text, auto set) {
+    Filter f{std::move(text), open};
+    set(f.alone);
+    out.push_back(std::move(f));
+  };
+  if (!space.tp.empty()) add(joined("tp", space.tp), [&](SearchSpace& s) { s.tp = space.tp; });
+  if (!space.pp.empty()) add(joined("pp", space.pp), [&](SearchSpace& s) { s.pp = space.pp; });
+  if (!space.ep.empty()) add(joined("ep", space.ep), [&](SearchSpace& s) { s.ep = space.ep; });
+  if (!space.zero.empty())
+    add(joined("zero", space.zero), [&](SearchSpace& s) { s.zero = space.zero; });
+  if (space.micro_batch_sizes != defaults.micro_batch_sizes)
+    add(joined("micro-batch", space.micro_batch_sizes),
+        [&](SearchSpace& s) { s.micro_batch_sizes = space.micro_batch_sizes; });
+  if (!space.schedules.empty()) {
+    std::string text = "schedule";
+    for (pp::ScheduleKind k : space.schedules) {
+      text += ' ';
+      text += pp::schedule_name(k);
+    }
+    add(text, [&](SearchSpace& s) { s.schedules = space.schedules; });
+  }
+  if (space.recompute != defaults.recompute) {
+    std::string text = "recompute";
+    for (Recompute r : space.recompute) {
+      text += ' ';
+      text += recompute_name(r);
+    }
+    add(text, [&](SearchSpace& s) { s.recompute = space.recompute; });
+  }
+  if (space.max_chunks != defaults.max_chunks)
+    add(joined("max chunks", {space.max_chunks}),
+        [&](SearchSpace& s) { s.max_chunks = space.max_chunks; });
+  return out;
+}
+
+// Why `space` holds no layout: the rules, then the filters that empty it alone or together, or
+// that no filter is to blame.
+std::string why_empty(const ModelShape& model, const SearchSpace& space) {
+  SearchSpace open;
+  open.devices = space.devices;
+  open.batch = space.batch;
+  open.order = space.order;
+  const std::vector<Filter> filters = filters_of(space, open);
+  std::string set;
+  for (const Filter& f : filters) {
+    if (!set.empty()) set += "; ";
+    set += f.text;
+  }
+  std::string out = detail::concat(
+      "plan: expected at least one layout of '", model.name, "' on ", space.devices,
+      " devices with a batch of ", space.batch, filters.empty() ? "" : " and the filters ", set,
+      ", found none. A layout needs dp x tp x pp x ep = ", space.devices, ", tp dividing the ",
+      model.heads, " heads, pp the ", model.layers, " layers, ",
+      model.experts == 0 ? std::string("ep = 1 (a dense model)")
+                         : detail::concat("ep the ", model.experts, " experts"),
+      ", ZeRO > 0 only with dp x ep > 1, and the batch a multiple of dp x ep x micro-batch; ");
+  if (filters.empty())
+    return out + "no filter is set, so the batch and the device count leave none: change --batch "
+                 "or --gpus";
+  if (enumerate_layouts(model, open).empty())
+    return out + "even without the filters there is none: change --batch or --gpus";
+  std::string alone;
+  for (const Filter& f : filters) {
+    if (!enumerate_layouts(model, f.alone).empty()) continue;
+    if (!alone.empty()) alone += "; ";
+    alone += f.text;
+  }
+  if (!alone.empty()) return out + alone + " alone leaves none: drop or change it";
+  return out + "each filter alone leaves some, the filters together leave none: drop or widen one";
+}
+
 } // namespace
 
 std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchSpace& space) {
   model.validate();
   TS_CHECK(space.devices >= 1 && space.batch >= 1, "plan: expected --gpus >= 1 and --batch >= 1, ",
            "found ", space.devices, " devices, batch ", space.batch);
+  for (const std::vector<int>* sizes : {&space.tp, &space.pp, &space.ep})
+    for (int n : *sizes)
+      TS_CHECK(n >= 1, "plan: expected tp, pp and ep sizes >= 1, found ", n,
+               "; pass positive --tp, --pp and --ep");
+  for (int z : space.zero)
+    TS_CHECK(z >= 0 && z <= 3, "plan: expected ZeRO stages 0 to 3, found ", z,
+             "; pass --zero 0, 1, 2 or 3");
+  for (int b : space.micro_batch_sizes)
+    TS_CHECK(b >= 1, "plan: expected micro-batch sizes >= 1, found ", b,
+             "; pass --micro-batch 1 or more");
   std::vector<PlanLayout> out;
   for (int tp : divisors(space.devices)) {
     if (!allowed(space.tp, tp) || model.heads % tp != 0) continue;
@@ -39,7 +141,7 @@ std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchS
         if (space.batch % (static_cast<std::int64_t>(dp) * ep) != 0) continue;
         const std::int64_t per_replica = space.batch / (static_cast<std::int64_t>(dp) * ep);
         for (int b : space.micro_batch_sizes) {
-          if (b < 1 || per_replica % b != 0) continue;
+          if (per_replica % b != 0) continue;
           const int m = static_cast<int>(per_replica / b);
           std::vector<std::pair<pp::ScheduleKind, int>> schedules;
           if (pp == 1) {
@@ -83,15 +185,9 @@ std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchS
 
 Plan search(const ModelShape& model, const Cluster& cluster, const SearchSpace& space) {
   const std::vector<PlanLayout> layouts = enumerate_layouts(model, space);
-  TS_CHECK(!layouts.empty(), "plan: expected at least one layout of '", model.name, "' on ",
-           space.devices, " devices with a batch of ", space.batch,
-           ", found none; the batch must "
-           "be a multiple of dp x ep x micro-batch, tp must divide the ",
-           model.heads,
-           " heads and "
-           "pp the ",
-           model.layers, " layers (check --batch, --gpus and the --tp/--pp lists)");
+  if (layouts.empty()) throw Error(why_empty(model, space));
   Plan plan;
+  plan.devices = space.devices;
   for (const PlanLayout& layout : layouts) {
     Prediction p = predict(model, layout, cluster);
     ++plan.evaluated;

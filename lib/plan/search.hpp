@@ -25,17 +25,21 @@ struct SearchSpace {
 
 /// The outcome of a search.
 struct Plan {
+  int devices = 0;                ///< the devices every layout uses (SearchSpace::devices)
   std::vector<Prediction> ranked; ///< the layouts that fit, fastest first
   int evaluated = 0;              ///< layouts predicted
   int too_big = 0;                ///< layouts dropped by the memory filter
   Prediction smallest_misfit;     ///< the dropped layout with the least memory (when too_big > 0)
 };
 
-/// Every layout the space allows, as PlanLayouts (sizes checked, not yet predicted).
+/// Every layout the space allows, as PlanLayouts (sizes checked, not yet predicted). Throws when
+/// a filter holds a value no layout can have: a tp, pp or ep size < 1, a ZeRO stage outside 0-3,
+/// a micro-batch size < 1.
 std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchSpace& space);
 
 /// Predicts every layout of `space`, drops those over the memory budget and ranks the rest.
-/// Throws when the space holds no layout at all (naming why: batch, heads, layers, devices).
+/// Throws when the space holds no layout at all, naming the device count, the batch, the filters
+/// set and which of them empties the space alone (or that they do together, or that none is set).
 Plan search(const ModelShape& model, const Cluster& cluster, const SearchSpace& space);
 
 } // namespace tinyscale::plan

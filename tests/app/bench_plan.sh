@@ -4,7 +4,8 @@
 # kernel rate comes from (measured now: the cache is an empty folder), the table has one row of
 # eight cells per layout, the agreement line prints Kendall's tau-b and Spearman's rho, the JSON
 # holds the same rows, and a layout that cannot run is refused before any work. Times and the
-# agreement itself are not checked: a few steps on a shared CPU are noise.
+# agreement itself are not checked: a few steps on a shared CPU are noise. Then `tinyscale plan`
+# itself: --top 0 prints every layout, and impossible filters and sequence lengths are refused.
 # Usage: bench_plan.sh TINYSCALE SRC
 set -euo pipefail
 bin=$1
@@ -49,4 +50,33 @@ if "$bin" bench plan --config "$src/configs/tiny.toml" --cluster \
   fail "tp3 on 4 heads was accepted"
 fi
 grep -q "expected layout 'tp3' to run" "$work/bad.txt" || fail "unclear error: $(cat "$work/bad.txt")"
+
+# `tinyscale plan`: --top 0 prints every ranked layout, as the JSON does.
+plan() {
+  "$bin" plan --model megatron-1.7b --cluster "$src/configs/topologies/dgx-h100-ib.toml" "$@"
+}
+plan --gpus 8 --batch 64 --top 0 > "$work/all.txt" || fail "plan --top 0: exit status $?"
+grep -q "no layout fits" "$work/all.txt" && fail "plan --top 0 says no layout fits"
+rows=$(grep -c '^| [0-9]' "$work/all.txt")
+ranked=$(plan --gpus 8 --batch 64 --top 0 --json | /usr/bin/python3 -c \
+  'import json, sys; print(len(json.load(sys.stdin)["layouts"]))')
+[ "$rows" -eq "$ranked" ] || fail "plan --top 0 printed $rows rows, the JSON ranks $ranked"
+# Values no layout can have are refused by the flag; a filter that empties the search is named.
+refused() { # expected-text, plan arguments...
+  local want=$1
+  shift
+  if plan "$@" > "$work/bad.txt" 2>&1; then fail "plan $* was accepted"; fi
+  grep -q -- "$want" "$work/bad.txt" || fail "plan $*: unclear error: $(cat "$work/bad.txt")"
+}
+refused "--zero: Value 7 not in range" --batch 512 --zero 7
+refused "--micro-batch: expected an integer >= 1, found '0'" --batch 512 --micro-batch 0
+refused "--tp: expected an integer >= 1, found '0'" --batch 512 --tp 0
+refused "on 32 devices with a batch of 512 and the filters tp 5, found none" --batch 512 --tp 5
+refused "tp 5 alone leaves none" --batch 512 --tp 5
+# A run config's learned positions bound --seq.
+if "$bin" plan --model "$src/configs/tiny.toml" --cluster "$src/configs/topologies/laptop.toml" \
+  --gpus 2 --device cpu --kernel-tflops 0.1 --seq 4096 > "$work/bad.txt" 2>&1; then
+  fail "--seq 4096 beyond n_positions was accepted"
+fi
+grep -q "n_positions = 64" "$work/bad.txt" || fail "unclear error: $(cat "$work/bad.txt")"
 echo "bench_plan: ok"

@@ -1,10 +1,14 @@
 // Chapter 09, the planner: each term of the cost model against the formula worked by hand (the
 // alpha-beta collectives, Korthikanti's activation bytes, Narayanan's parameter and FLOP counts,
-// ZeRO's state bytes), a whole prediction added up by hand, and the memory filter at work.
+// ZeRO's state bytes), a whole prediction added up by hand, the memory filter, the pipeline
+// shortcut for many micro-batches against the full simulation, and the refusals.
 #include "mesh/topology.hpp"
 #include "plan/memory.hpp"
+#include "plan/pipeline.hpp"
 #include "plan/report.hpp"
 #include "require_ts_error.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 
@@ -16,6 +20,9 @@ tinyscale::mesh::Topology topology(const std::string& file) {
   return tinyscale::mesh::load_topology(std::string(TINYSCALE_SOURCE_DIR) + "/configs/topologies/" +
                                         file);
 }
+
+// "| 12 ": the first cell of row 12 of a plan table.
+std::string row_cell(std::size_t n) { return "| " + std::to_string(n) + " "; }
 
 Cluster cluster_of(const std::string& file, const std::string& device) {
   Cluster c;
@@ -109,9 +116,15 @@ TEST_CASE("a tp 2 x dp 2 step adds up by hand: compute + 4 all-reduces per layer
   // Compute: 3 x forward FLOPs (2 layers + logits) / tp, for 3 micro-batches of 2 sequences.
   const double forward = 2 * (24 * s * h * h + 4 * s * s * h) + 2 * s * h * V;
   CHECK(p.compute_seconds == Approx(3 * 3 * forward * b / 2 / rate));
-  // tp: 4 all-reduces of b s h bf16 values per layer per micro-batch, over 2 ranks on NVLink.
+  // tp: 2 all-reduces of b s h bf16 values per layer per micro-batch in the forward, over 2 ranks
+  // on NVLink, exposed. The backward's 2 run under the weight-gradient GEMM of the QKV (6 b s h^2
+  // / t FLOPs) and of the first MLP matmul (8 b s h^2 / t); here both GEMMs are shorter than the
+  // all-reduce (6.7 and 8.9 us against 11.5 us), so the excess is exposed.
   const double all_reduce = 2 * 3.4e-6 + b * s * h * 2 / 450e9;
-  CHECK(p.tp_seconds == Approx(3 * 2 * 4 * all_reduce));
+  const double qkv_weight = 6 * b * s * h * h / 2 / rate, mlp_weight = 8 * b * s * h * h / 2 / rate;
+  REQUIRE(all_reduce > mlp_weight);
+  const double backward = (all_reduce - qkv_weight) + (all_reduce - mlp_weight);
+  CHECK(p.tp_seconds == Approx(3 * 2 * (2 * all_reduce + backward)));
   // dp: one all-reduce of this rank's bf16 gradients over 2 ranks (the next tp pair, NVLink).
   const double psi = 2 * (12 * h * h + 13 * h) / 2 + (V * h) / 2 + s * h;
   CHECK(p.dp_seconds == Approx(2 * 3.4e-6 + psi * 2 / 450e9));
@@ -146,6 +159,22 @@ TEST_CASE("a pipeline's bubble is the simulator's and the split adds up to the s
   CHECK(p.tp_link.name == "nvlink");
 }
 
+TEST_CASE("the backward's tp all-reduces hide under the weight-gradient GEMMs, except under ZB-H1",
+          "[unit][plan]") {
+  // GPT-3 with tp 8 on NVLink: an all-reduce of b s h bf16 values takes 0.24 ms, the QKV weight
+  // gradient 0.49 ms, so 1F1B exposes only the forward's two. ZB-H1 defers the weight gradients,
+  // and its backward all-reduces stall the backward: twice the tp time.
+  const Cluster c = cluster_of("dgx-h100-ib.toml", "h100");
+  const ModelShape m = model_preset("gpt3-175b");
+  PlanLayout l{.tp = 8, .pp = 4, .micro_batch = 1, .micro_batches = 8};
+  const double layers_per_rank = 96 / 4;
+  const double all_reduce = 2 * 7 * 3.4e-6 + 1.75 * 2048 * 12288 * 2 / 450e9;
+  const Prediction one_f_one_b = predict(m, l, c);
+  CHECK(one_f_one_b.tp_seconds == Approx(8 * layers_per_rank * 2 * all_reduce));
+  l.schedule = tinyscale::pp::ScheduleKind::ZeroBubbleH1;
+  CHECK(predict(m, l, c).tp_seconds == Approx(8 * layers_per_rank * 4 * all_reduce));
+}
+
 TEST_CASE("ZeRO-3 divides the state by dp, and the memory filter drops what does not fit",
           "[unit][plan][ex9.2]") {
   Cluster c = cluster_of("dgx-h100-ib.toml", "h100");
@@ -164,6 +193,16 @@ TEST_CASE("ZeRO-3 divides the state by dp, and the memory filter drops what does
   CHECK(plan.ranked.empty());
   CHECK(plan.too_big == plan.evaluated);
   CHECK_THAT(explain_plan(plan, c), Contains("the smallest needs"));
+  // The smallest already has every memory saving: only more GPUs (or memory) help.
+  CHECK(plan.smallest_misfit.layout.zero == 3);
+  CHECK(plan.smallest_misfit.layout.micro_batch == 1);
+  CHECK_THAT(explain_plan(plan, c), Contains("training state alone takes"));
+  CHECK_THAT(explain_plan(plan, c), Contains("more GPUs"));
+  CHECK_THAT(format_plan(plan, c, 5), Contains("no layout fits in memory"));
+  // Without ZeRO allowed, the advice is the general one.
+  space.zero = {0};
+  CHECK_THAT(explain_plan(search(m, c, space), c),
+             Contains("use more GPUs, ZeRO, recompute or a smaller micro-batch"));
 }
 
 TEST_CASE("the search ranks by step time and explains the winner against another mesh",
@@ -175,7 +214,107 @@ TEST_CASE("the search ranks by step time and explains the winner against another
     CHECK(plan.ranked[i - 1].step_seconds <= plan.ranked[i].step_seconds);
   CHECK_THAT(explain_plan(plan, c), Contains("The best other mesh shape"));
   CHECK_THAT(format_plan(plan, c, 3), Contains("| 3 "));
+  CHECK_THAT(format_plan(plan, c, 3), !Contains("| 4 "));
   CHECK_THAT(plan_json(plan, model_preset("megatron-7.5b"), c, 2), Contains("\"step_seconds\""));
+}
+
+TEST_CASE("top 0 prints every ranked layout, as the JSON does", "[unit][plan]") {
+  const Cluster c = cluster_of("dgx-h100-ib.toml", "h100");
+  const Plan plan = search(model_preset("megatron-1.7b"), c, {.devices = 8, .batch = 64});
+  REQUIRE(plan.ranked.size() > 5);
+  const std::string all = format_plan(plan, c, 0);
+  CHECK_THAT(all, !Contains("no layout fits"));
+  CHECK_THAT(all, Contains(row_cell(plan.ranked.size())));
+  CHECK(format_plan(plan, c, -1) == all);
+  CHECK_THAT(plan_json(plan, model_preset("megatron-1.7b"), c, 0),
+             Contains("\"rank\": " + std::to_string(plan.ranked.size())));
+}
+
+TEST_CASE("the JSON reports the devices searched and the topology's", "[unit][plan]") {
+  const Cluster c = cluster_of("dgx-h100-ib.toml", "h100");
+  const Plan plan = search(model_preset("megatron-1.7b"), c, {.devices = 16, .batch = 64});
+  const auto j = nlohmann::json::parse(plan_json(plan, model_preset("megatron-1.7b"), c, 1));
+  CHECK(j["cluster"]["devices"] == 16);
+  CHECK(j["cluster"]["topology_devices"] == 32);
+}
+
+TEST_CASE("an empty search names the filters that empty it and the device count", "[unit][plan]") {
+  const Cluster c = cluster_of("dgx-h100-ib.toml", "h100");
+  const ModelShape m = model_preset("megatron-1.7b"); // 24 heads, 24 layers
+  // tp 5 divides neither 32 devices nor 24 heads: the filter, not the batch, is to blame.
+  REQUIRE_TS_ERROR(search(m, c, {.devices = 32, .batch = 512, .tp = {5}}),
+                   Contains("tp 5") && Contains("on 32 devices") && Contains("alone leaves none"));
+  // Only ZeRO stages 0-3 exist, and micro-batches hold at least one sequence.
+  REQUIRE_TS_ERROR(search(m, c, {.devices = 32, .batch = 512, .zero = {7}}),
+                   Contains("ZeRO stages 0 to 3") && Contains("found 7"));
+  REQUIRE_TS_ERROR(search(m, c, {.devices = 32, .batch = 512, .micro_batch_sizes = {0}}),
+                   Contains("micro-batch sizes >= 1") && Contains("found 0"));
+  REQUIRE_TS_ERROR(search(m, c, {.devices = 32, .batch = 512, .pp = {0}}),
+                   Contains("tp, pp and ep sizes >= 1"));
+  // Two filters that are fine alone but not together.
+  REQUIRE_TS_ERROR(search(m, c, {.devices = 32, .batch = 512, .tp = {8}, .pp = {8}}),
+                   Contains("tp 8; pp 8") && Contains("together leave none"));
+  // No filter: the message is about the batch and the devices. Six heads and six layers leave
+  // tp x pp <= 4 on 32 devices, so dp >= 8, and a batch of 3 cannot be split.
+  const ModelShape six{
+      .name = "six", .layers = 6, .hidden = 384, .heads = 6, .vocab = 1000, .seq = 128, .note = ""};
+  REQUIRE_TS_ERROR(search(six, c, {.devices = 32, .batch = 3}),
+                   Contains("no filter is set") && Contains("batch of 3"));
+  REQUIRE_TS_ERROR(search(six, c, {.devices = 32, .batch = 3, .tp = {2}}),
+                   Contains("even without the filters there is none"));
+}
+
+TEST_CASE("a run config's n_positions bounds the planned sequence length", "[unit][plan]") {
+  tinyscale::nn::ModelConfig cfg; // n_positions 64
+  CHECK(shape_of(cfg, 64, "tiny").seq == 64);
+  REQUIRE_TS_ERROR(shape_of(cfg, 128, "tiny"),
+                   Contains("n_positions") && Contains("found 128") && Contains("64"));
+}
+
+TEST_CASE("past max_simulated micro-batches the pipeline is extended linearly and agrees with "
+          "the full simulation",
+          "[unit][plan]") {
+  using tinyscale::pp::ScheduleKind;
+  // Four stages, the last heavier (the logit layer), and a p2p of a tenth of a forward.
+  std::vector<tinyscale::pp::StageCosts> costs(4, {1.0, 1.0, 1.0});
+  costs.back() = {1.3, 1.3, 1.3};
+  const double p2p = 0.1;
+  for (auto [kind, v] : {std::pair{ScheduleKind::OneFOneB, 1},
+                         {ScheduleKind::GPipe, 1},
+                         {ScheduleKind::ZeroBubbleH1, 1},
+                         {ScheduleKind::Interleaved, 2}}) {
+    std::vector<tinyscale::pp::StageCosts> chunked;
+    for (int c = 0; c < v; ++c) chunked.insert(chunked.end(), costs.begin(), costs.end());
+    for (int m : {300, 1000}) {
+      const PipelineTimes cut = time_pipeline(kind, 4, m, v, chunked, p2p, 64);
+      const PipelineTimes full = time_pipeline(kind, 4, m, v, chunked, p2p, 1 << 20);
+      INFO(tinyscale::pp::schedule_name(kind) << " v " << v << ", m " << m);
+      CHECK(cut.extrapolated);
+      CHECK_FALSE(full.extrapolated);
+      CHECK(cut.makespan == Approx(full.makespan).epsilon(1e-9));
+      CHECK(cut.quiet_makespan == Approx(full.quiet_makespan).epsilon(1e-9));
+      REQUIRE(cut.peak_in_flight.size() == full.peak_in_flight.size());
+      for (std::size_t r = 0; r < full.peak_in_flight.size(); ++r)
+        CHECK(cut.peak_in_flight[r] == Approx(full.peak_in_flight[r]).epsilon(1e-9));
+    }
+  }
+  // At or below the cap nothing is extrapolated.
+  CHECK_FALSE(time_pipeline(ScheduleKind::OneFOneB, 4, 64, 1, costs, p2p, 64).extrapolated);
+}
+
+TEST_CASE("each group is priced on the slowest link for its own message size", "[unit][plan]") {
+  // 6 devices: level 0 joins 3 (narrow but quick: 10 GB/s, 1 us), level 1 joins the two
+  // triples (wide but slow to start: 100 GB/s, 100 us). With tp 1, dp 2, pp 2 the dp groups are
+  // {0, 1} (level 0) and {2, 3} (level 1). For a gradient of gigabytes the narrow link is the
+  // slow one; for a 1-byte message it would have been the other.
+  Cluster c;
+  c.topology.name = "two-levels";
+  c.topology.levels = {{"narrow", "triple", 3, 10, 1, ""}, {"wide", "pair", 2, 100, 100, ""}};
+  c.device = device_named("h100");
+  c.memory_bytes = 1e15;
+  const ModelShape m = model_preset("megatron-1.7b");
+  const Prediction p = predict(m, {.dp = 2, .pp = 2, .micro_batch = 1, .micro_batches = 2}, c);
+  CHECK(p.dp_link.name == "narrow");
 }
 
 TEST_CASE("bad plans are refused with the fix", "[unit][plan]") {
@@ -183,7 +322,8 @@ TEST_CASE("bad plans are refused with the fix", "[unit][plan]") {
   REQUIRE_TS_ERROR(model_preset("gpt5"), Contains("megatron-1.7b"));
   // Without a pipeline, tp <= 8 (24 heads) leaves dp >= 4, which a batch of 7 cannot split into.
   REQUIRE_TS_ERROR(search(model_preset("megatron-1.7b"), c, {.devices = 32, .batch = 7, .pp = {1}}),
-                   Contains("the batch must be a multiple of dp x ep x micro-batch"));
+                   Contains("the batch a multiple of dp x ep x micro-batch") &&
+                       Contains("pp 1 alone leaves none"));
   REQUIRE_TS_ERROR(predict(model_preset("megatron-1.7b"), PlanLayout{.dp = 64}, c),
                    Contains("expected at most 32 devices"));
   REQUIRE_TS_ERROR(predict(model_preset("megatron-1.7b"), PlanLayout{.tp = 5}, c),

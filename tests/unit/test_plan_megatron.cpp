@@ -1,9 +1,9 @@
-// Chapter 09: does the planner predict? Each published configuration of Narayanan et al. 2021,
-// Table 1 (GPT 1.7B ... 1T on Selene's A100s, full recompute, interleaved schedule), predicted on
-// configs/topologies/selene-a100.toml and compared with the paper's per-GPU TFLOP/s (eq. 3: the
-// recompute FLOPs counted). The sustained rate is the a100 row of plan/device.cpp, derived from
-// one layer measured by Korthikanti et al. 2022 (Table 4), the same for every row; nothing here is
-// fitted to Table 1. The test fails when any row is off by more than 20%.
+// Chapter 09: does the planner predict? First its own calibration point: the one 22B layer that
+// plan/device.cpp derives the a100 rate from (Korthikanti et al. 2022, Table 4) must come back out
+// of predict(). Then each published configuration of Narayanan et al. 2021, Table 1 (GPT 1.7B ...
+// 1T on Selene's A100s, full recompute, interleaved schedule), predicted on selene-a100.toml and
+// compared with the paper's per-GPU TFLOP/s (eq. 3: the recompute FLOPs counted), with that same
+// rate for every row; nothing is fitted to Table 1. It fails when any row is off by more than 20%.
 #include "mesh/topology.hpp"
 #include "plan/search.hpp"
 
@@ -34,6 +34,15 @@ const PaperRow kTable1[] = {
 // The planner's best layout with the paper's tp, pp and GPU count: full recompute, no ZeRO
 // (Megatron 2021 had none), the interleaved schedule; micro-batch size and chunks, which the
 // paper does not state, are the planner's choice.
+Cluster selene() {
+  Cluster cluster;
+  cluster.topology = tinyscale::mesh::load_topology(std::string(TINYSCALE_SOURCE_DIR) +
+                                                    "/configs/topologies/selene-a100.toml");
+  cluster.device = device_named("a100");
+  cluster.memory_bytes = cluster.device.memory_bytes;
+  return cluster;
+}
+
 Prediction best_for(const PaperRow& row, const Cluster& cluster) {
   SearchSpace space;
   space.devices = row.gpus;
@@ -50,12 +59,37 @@ Prediction best_for(const PaperRow& row, const Cluster& cluster) {
 }
 } // namespace
 
+TEST_CASE("the planner gives back its calibration point: one 22B layer in 19.6 ms and 27.2 ms "
+          "with full recompute",
+          "[unit][plan]") {
+  // Korthikanti et al. 2022, Table 3 (22B: a 64, h 6144, s 2048, t 8, micro-batch 4) and Table 4
+  // (one layer on Selene: forward 7.7 ms + backward 11.9 ms = 19.6 ms; with full recompute the
+  // backward takes 19.5 ms, 27.2 ms in all). One layer, one micro-batch, tp 8 on one node's
+  // NVLink; V = 1 so that the logit layer adds under a nanosecond.
+  const ModelShape layer{.name = "korthikanti-22b-layer",
+                         .layers = 1,
+                         .hidden = 6144,
+                         .heads = 64,
+                         .vocab = 1,
+                         .seq = 2048,
+                         .note = ""};
+  const Cluster cluster = selene();
+  PlanLayout l{.tp = 8, .micro_batch = 4, .micro_batches = 1};
+  const Prediction plain = predict(layer, l, cluster);
+  l.recompute = Recompute::Full;
+  const Prediction redo = predict(layer, l, cluster);
+  std::printf("\none 22B layer (Korthikanti Table 4) on selene-a100: predicted %.2f ms (measured "
+              "19.6), with full recompute %.2f ms (measured 27.2); exposed tp all-reduces %.2f "
+              "and %.2f ms\n",
+              plain.step_seconds * 1e3, redo.step_seconds * 1e3, plain.tp_seconds * 1e3,
+              redo.tp_seconds * 1e3);
+  CHECK(plain.tp_link.name == "nvlink");
+  CHECK(plain.step_seconds == Approx(19.6e-3).epsilon(0.01));
+  CHECK(redo.step_seconds == Approx(27.2e-3).epsilon(0.01));
+}
+
 TEST_CASE("the planner predicts Megatron-LM Table 1 within 20 percent", "[unit][plan]") {
-  Cluster cluster;
-  cluster.topology = tinyscale::mesh::load_topology(std::string(TINYSCALE_SOURCE_DIR) +
-                                                    "/configs/topologies/selene-a100.toml");
-  cluster.device = device_named("a100");
-  cluster.memory_bytes = cluster.device.memory_bytes;
+  const Cluster cluster = selene();
   // The same layouts at the best GEMM rate (MAMF, 271.2 TF/s): what the table would say if every
   // matmul ran as fast as the best-shaped GEMM, printed beside, never asserted.
   Cluster gemm_bound = cluster;
@@ -79,7 +113,6 @@ TEST_CASE("the planner predicts Megatron-LM Table 1 within 20 percent", "[unit][
                 g.tflops_per_device, 100 * p.bubble_seconds / p.step_seconds,
                 100 * p.tp_seconds / p.step_seconds, 100 * p.dp_seconds / p.step_seconds,
                 p.memory_bytes / 1e9);
-    CHECK(p.fits);
     CHECK(std::abs(ratio - 1) <= 0.20);
     if (std::abs(ratio - 1) > std::abs(worst - 1)) worst = ratio;
   }
