@@ -10,6 +10,7 @@
 #include <fstream>
 #include <glob.h>
 #include <iterator>
+#include <string_view>
 
 namespace tinyscale::data {
 
@@ -19,11 +20,13 @@ namespace {
 
 constexpr std::int64_t kHeaderBytes = kShardHeaderInts * 4;
 
-std::int32_t int32_le(const std::vector<unsigned char>& bytes, std::size_t at) {
-  const std::uint32_t u = static_cast<std::uint32_t>(bytes[at]) |
-                          static_cast<std::uint32_t>(bytes[at + 1]) << 8 |
-                          static_cast<std::uint32_t>(bytes[at + 2]) << 16 |
-                          static_cast<std::uint32_t>(bytes[at + 3]) << 24;
+std::uint32_t byte_at(std::string_view bytes, std::size_t at) {
+  return static_cast<unsigned char>(bytes[at]);
+}
+
+std::int32_t int32_le(std::string_view bytes, std::size_t at) {
+  const std::uint32_t u = byte_at(bytes, at) | byte_at(bytes, at + 1) << 8 |
+                          byte_at(bytes, at + 2) << 16 | byte_at(bytes, at + 3) << 24;
   return static_cast<std::int32_t>(u);
 }
 
@@ -56,28 +59,32 @@ std::vector<std::uint16_t> read_token_shard(const std::string& path, std::int64_
   std::ifstream in(path, std::ios::binary);
   TS_CHECK(in.good() && fs::is_regular_file(path), "token shard: expected a file at '", path,
            "', found none; check data.path / data.val_path");
-  const std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                         std::istreambuf_iterator<char>());
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_token_shard(bytes, path, vocab_size);
+}
+
+std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::string& source,
+                                             std::int64_t vocab_size) {
   const auto size = static_cast<std::int64_t>(bytes.size());
-  TS_CHECK(size >= kHeaderBytes, "token shard '", path, "': expected a ", kHeaderBytes,
+  TS_CHECK(size >= kHeaderBytes, "token shard '", source, "': expected a ", kHeaderBytes,
            "-byte header (magic ", kShardMagic, "), found a file of ", size,
            " bytes; this is not an llm.c token shard");
   const std::int32_t magic = int32_le(bytes, 0), version = int32_le(bytes, 4);
   const std::int64_t count = int32_le(bytes, 8);
-  TS_CHECK(magic == kShardMagic, "token shard '", path, "': expected magic ", kShardMagic,
+  TS_CHECK(magic == kShardMagic, "token shard '", source, "': expected magic ", kShardMagic,
            " in the header, found ", magic, "; this is not an llm.c uint16 token shard");
-  TS_CHECK(version == kShardVersion, "token shard '", path, "': expected version ", kShardVersion,
+  TS_CHECK(version == kShardVersion, "token shard '", source, "': expected version ", kShardVersion,
            ", found ", version, "; re-tokenize with an llm.c-compatible writer");
   const std::int64_t held = (size - kHeaderBytes) / 2;
-  TS_CHECK(count >= 0 && held == count && (size - kHeaderBytes) % 2 == 0, "token shard '", path,
+  TS_CHECK(count >= 0 && held == count && (size - kHeaderBytes) % 2 == 0, "token shard '", source,
            "': the header says ", count, " tokens, found ", held, " (", size - kHeaderBytes,
            " bytes after the header); the file is truncated or corrupt: "
            "download or write it again");
   std::vector<std::uint16_t> tokens(static_cast<std::size_t>(count));
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<std::uint16_t>(bytes[kHeaderBytes + 2 * i] |
-                                           bytes[kHeaderBytes + 2 * i + 1] << 8);
-    TS_CHECK(tokens[i] < vocab_size, "token shard '", path,
+    const std::size_t at = static_cast<std::size_t>(kHeaderBytes) + 2 * i;
+    tokens[i] = static_cast<std::uint16_t>(byte_at(bytes, at) | byte_at(bytes, at + 1) << 8);
+    TS_CHECK(tokens[i] < vocab_size, "token shard '", source,
              "': expected tokens < vocab_size = ", vocab_size, ", found token ", tokens[i],
              " at position ", i,
              "; raise model.vocab_size or use shards from the matching tokenizer");

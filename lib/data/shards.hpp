@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tinyscale::data {
@@ -24,6 +25,11 @@ void write_token_shard(const std::string& path, const std::vector<std::uint16_t>
 /// The tokens of one shard; throws on a missing, foreign, wrong-version or truncated file and
 /// on a token >= vocab_size (naming the token, its position and the vocabulary size).
 std::vector<std::uint16_t> read_token_shard(const std::string& path, std::int64_t vocab_size);
+
+/// read_token_shard for a shard already in memory (`source` names it in errors): the same checks,
+/// so every malformed input is a tinyscale::Error (fuzz/token_shard_fuzz.cpp holds it to that).
+std::vector<std::uint16_t> parse_token_shard(std::string_view bytes, const std::string& source,
+                                             std::int64_t vocab_size);
 
 /// The shard files that `path` names, sorted: the file itself, every *.bin in a directory, or the
 /// files matching a pattern with * ? [ ] ("data/fineweb_train_*.bin", as llm.c names them).

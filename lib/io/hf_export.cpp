@@ -170,7 +170,7 @@ T config_value(const json& j, const char* key, T fallback, const std::string& fi
 json read_json(const std::string& file) {
   try {
     return json::parse(read_file(file));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) { // parse_error, and out_of_range for a number like 1e999
     TS_CHECK(false, "import_hf: expected JSON in '", file, "', found text that does not parse (",
              e.what(), ")");
   }

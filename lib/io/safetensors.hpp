@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,5 +37,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 /// Reads and validates a safetensors file (header, offsets, sizes and, when present, the CRC-32)
 /// into CPU tensors; every error names the file and the problem.
 SafetensorsFile load_safetensors(const std::string& path);
+
+/// load_safetensors for a file already in memory (`source` names it in errors): the same checks,
+/// so every malformed input is a tinyscale::Error (fuzz/safetensors_fuzz.cpp holds it to that).
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& source);
 
 } // namespace tinyscale::io

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "io/file.hpp"
+#include "io/toml_guard.hpp"
 
 #include <toml++/toml.h>
 
@@ -12,6 +13,7 @@
 #include <climits>
 #include <cstdint>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 namespace tinyscale::mesh {
@@ -72,8 +74,9 @@ void reject_unknown(const toml::table& table, const std::array<const char*, N>& 
   std::string list;
   for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
   for (auto&& [key, node] : table) {
+    const std::string_view name = key.str(); // (clang 14 lambdas cannot capture a binding)
     const bool ok =
-        std::any_of(known.begin(), known.end(), [&](const char* k) { return key == k; });
+        std::any_of(known.begin(), known.end(), [&](const char* k) { return name == k; });
     if (!ok)
       checker.add(key.source(), where + ": unknown key '" + std::string(key.str()) +
                                     "' (expected one of " + list +
@@ -159,6 +162,7 @@ std::string Topology::describe() const {
 Topology parse_topology(std::string_view toml_text, const std::string& source) {
   toml::table table;
   try {
+    io::guard_toml_text(toml_text, source); // toml++ 3.3.0 is unsafe on some inputs
     table = toml::parse(toml_text, std::string_view(source));
   } catch (const toml::parse_error& e) {
     throw Error(source + ":" + std::to_string(e.source().begin.line) + ":" +

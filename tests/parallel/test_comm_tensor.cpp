@@ -180,8 +180,10 @@ TEST_CASE("a dropped async tensor handle waits for its op before it releases the
         all_reduce_async(comm, t).reset();
         const double held =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (comm.rank() == 0) CHECK(held >= 0.25);
-        CHECK(t.to_vector() == std::vector<double>(4, 2.0));
+        // (TS_CHECK and expect_equal, not CHECK: Catch2's assertions are not thread-safe)
+        TS_CHECK(comm.rank() != 0 || held >= 0.25, "rank 0 dropped its handle after ", held,
+                 " s, expected >= 0.25 s: the handle must wait for the late rank's all-reduce");
+        expect_equal(t.to_vector(), std::vector<double>(4, 2.0), "the tensor after the drop");
       },
       test_options()));
 }

@@ -35,7 +35,8 @@ TEST_CASE("The in-place reduce-scatter of a flat gradient leaves each rank the s
         Tensor flat = Tensor::from_vector(values, {layout.padded});
         comm::CountingCommunicator counting(world); // one reduce-scatter, not an all-reduce
         comm::WorkHandle work = zero::reduce_scatter_flat(counting, flat, layout);
-        REQUIRE(work);
+        // (TS_CHECK, not REQUIRE, in a rank thread: Catch2's assertions are not thread-safe)
+        TS_CHECK(work, "rank ", r, ": reduce_scatter_flat returned no handle");
         work->wait();
         const std::vector<double> got = flat.to_vector();
         const comm::CommCount all = counting.total();
@@ -86,7 +87,7 @@ TEST_CASE("Stage 3's gather fills the storage the parameters view from every ran
         MemoryCounter counter;
         comm::CountingCommunicator counting(world); // one all-gather
         comm::WorkHandle work = zero::gather_flat(counting, shard, *storage, layout, counter);
-        REQUIRE(work);
+        TS_CHECK(work, "rank ", r, ": gather_flat returned no handle"); // (not REQUIRE: a thread)
         work->wait();
         const std::vector<double> got = param.to_vector(); // through the view
         std::lock_guard<std::mutex> lock(mutex);

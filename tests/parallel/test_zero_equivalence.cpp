@@ -268,7 +268,8 @@ TEST_CASE("ZeRO checkpoints are in the single-rank layout: a ZeRO-3 run at dp 4 
     const auto resumed = on_ranks<RunRecord>(2, [&](comm::Communicator& world) {
       zero::ZeroTrainer t(config, world, {1, true});
       t.resume(path);
-      REQUIRE(t.step() == 2);
+      // (TS_CHECK, not REQUIRE, in a rank thread: Catch2's assertions are not thread-safe)
+      TS_CHECK(t.step() == 2, "resumed at step ", t.step(), ", expected 2");
       return continue_run(t, 3);
     });
     require_same(tail, resumed[0]);
