@@ -2,6 +2,7 @@
 // NUL byte is the TOML file; every NUL-separated piece after it is a `--set section.key=value`
 // override. Each input must parse or throw tinyscale::Error. A config that parses must also
 // survive to_toml and parse again unchanged: a printer that loses a value is a bug too.
+#include "config_input.hpp"
 #include "core/error.hpp"
 #include "io/config.hpp"
 
@@ -23,19 +24,11 @@ namespace {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  const std::size_t nul = input.find('\0');
-  const std::string_view toml_text = input.substr(0, nul);
-  std::vector<std::string> overrides;
-  for (std::size_t at = nul; at != std::string_view::npos && at < input.size();) {
-    const std::size_t next = input.find('\0', at + 1);
-    overrides.emplace_back(
-        input.substr(at + 1, next == std::string_view::npos ? next : next - at - 1));
-    at = next;
-  }
+  const tinyscale::fuzz::ConfigInput split = tinyscale::fuzz::split_config_input(input);
   std::string printed;
   try {
-    printed =
-        tinyscale::io::to_toml(tinyscale::io::parse_config(toml_text, "fuzz.toml", overrides));
+    printed = tinyscale::io::to_toml(
+        tinyscale::io::parse_config(split.toml_text, "fuzz.toml", split.overrides));
   } catch (const tinyscale::Error&) {
     return 0; // refused with a message: the expected outcome for most inputs
   }

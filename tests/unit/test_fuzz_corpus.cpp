@@ -2,6 +2,7 @@
 // the ordinary build (the fuzz targets themselves need clang; these tests run everywhere). Every
 // file, the inputs that once crashed a fuzz target included, must parse or be refused with a
 // tinyscale::Error: valid_* files parse, bad_* files are refused, crash_* files do either.
+#include "../../fuzz/config_input.hpp"
 #include "core/error.hpp"
 #include "data/shards.hpp"
 #include "io/config.hpp"
@@ -68,16 +69,9 @@ void replay(const std::string& target, const std::function<void(std::string_view
 TEST_CASE("every config seed of the fuzz corpus parses or is refused with a tinyscale::Error",
           "[unit]") {
   replay("config", [](std::string_view input) {
-    // As fuzz/config_fuzz.cpp: the TOML text, then NUL-separated overrides.
-    const std::size_t nul = input.find('\0');
-    std::vector<std::string> overrides;
-    for (std::size_t at = nul; at != std::string_view::npos && at < input.size();) {
-      const std::size_t next = input.find('\0', at + 1);
-      overrides.emplace_back(
-          input.substr(at + 1, next == std::string_view::npos ? next : next - at - 1));
-      at = next;
-    }
-    const io::RunConfig config = io::parse_config(input.substr(0, nul), "seed.toml", overrides);
+    // As fuzz/config_fuzz.cpp reads it: the TOML text, then NUL-separated overrides.
+    const fuzz::ConfigInput split = fuzz::split_config_input(input);
+    const io::RunConfig config = io::parse_config(split.toml_text, "seed.toml", split.overrides);
     CHECK(io::to_toml(io::parse_config(io::to_toml(config), "to_toml")) == io::to_toml(config));
   });
 }
