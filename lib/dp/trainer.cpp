@@ -11,37 +11,18 @@ namespace tinyscale::dp {
 
 namespace {
 const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicator& group) {
-  const auto& t = config.train;
-  const std::int64_t n = group.size();
-  TS_CHECK(t.micro_batches >= 1 && t.batch_size % (n * t.micro_batches) == 0,
-           "data parallel: expected train.batch_size (", t.batch_size, ") to divide by dp (", n,
-           ") x train.micro_batches (", t.micro_batches, ") = ", n * t.micro_batches,
-           ", found a remainder; choose a batch size that is a multiple of ", n * t.micro_batches);
+  train::check_batch_split(config, group.size(), "data parallel");
   return config;
 }
 
 } // namespace
 
-// The step's losses and MoE counts, summed over the group: every rank's share goes in as a
-// vector of doubles (the counts are small integers, exact in double).
-void reduce_step_result(comm::Communicator& group, train::StepResult& r) {
-  std::vector<double> v = {r.loss, r.lm_loss, r.aux_loss, r.z_loss};
-  for (const auto& s : r.moe) {
-    for (std::int64_t c : s.tokens_per_expert) v.push_back(static_cast<double>(c));
-    v.insert(v.end(), {static_cast<double>(s.assignments), static_cast<double>(s.dropped),
-                       s.aux_loss, s.z_loss});
-  }
-  Tensor t = Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())}, DType::Float64);
+void reduce_step_result(comm::Communicator& group, train::StepResult& r,
+                        const nn::ModelConfig& model) {
+  const std::vector<double> mine = train::step_sums(r, model);
+  Tensor t = Tensor::from_vector(mine, {static_cast<std::int64_t>(mine.size())}, DType::Float64);
   comm::all_reduce(group, t);
-  const std::vector<double> sum = t.to_vector();
-  std::size_t i = 0;
-  r.loss = sum[i++], r.lm_loss = sum[i++], r.aux_loss = sum[i++], r.z_loss = sum[i++];
-  for (auto& s : r.moe) {
-    for (auto& c : s.tokens_per_expert) c = static_cast<std::int64_t>(sum[i++]);
-    s.assignments = static_cast<std::int64_t>(sum[i++]);
-    s.dropped = static_cast<std::int64_t>(sum[i++]);
-    s.aux_loss = sum[i++], s.z_loss = sum[i++];
-  }
+  train::set_step_sums(r, t.to_vector(), model);
 }
 
 DpTrainer::DpTrainer(io::RunConfig config, comm::Communicator& group, DpOptions options,
@@ -74,7 +55,7 @@ train::StepResult DpTrainer::train_step() {
       },
       *trace_);
   dp_->finish_gradient_sync();
-  reduce_step_result(*group_, r);
+  reduce_step_result(*group_, r, trainer_.config().model);
   metrics::TraceRecorder::Scope scope(*trace_, "compute", "optimizer", "optimizer");
   trainer_.finish_step(r, start); // clipping is exact: see DataParallel::finish_gradient_sync
   return r;

@@ -21,16 +21,10 @@ void check_ep_layout(const io::RunConfig& config, int data_parallel, int ep) {
   ExpertPlacement(moe.n_experts, ep); // n_experts % ep == 0
   TS_CHECK(data_parallel >= 1 && data_parallel % ep == 0, "expert parallelism: expected ep (", ep,
            ") to divide the data-parallel size (", data_parallel,
-           "): the experts are spread over ep of the data-parallel ranks; choose an ep that "
-           "divides ",
+           "): --ep must divide the data-parallel ranks --dp, since the experts are spread over "
+           "ep of the ranks that run their own rows; choose an ep that divides ",
            data_parallel, " or run ", ep, " x k data-parallel ranks");
-  const auto& t = config.train;
-  const std::int64_t n = data_parallel;
-  TS_CHECK(t.micro_batches >= 1 && t.batch_size % (n * t.micro_batches) == 0,
-           "expert parallelism: expected train.batch_size (", t.batch_size,
-           ") to divide by the data-parallel size (", n, ") x train.micro_batches (",
-           t.micro_batches, ") = ", n * t.micro_batches, "; choose a batch size that is a ",
-           "multiple of ", n * t.micro_batches);
+  train::check_batch_split(config, data_parallel, "expert parallelism");
 }
 
 // Both wrappers skip or make their all-reduces together (gradient accumulation's no_sync).
@@ -110,7 +104,7 @@ train::StepResult EpTrainer::train_step() {
       *trace_);
   dense_sync_->finish_gradient_sync();
   expert_sync_->finish_gradient_sync();
-  dp::reduce_step_result(*dp_, r);
+  dp::reduce_step_result(*dp_, r, config_.model);
   metrics::TraceRecorder::Scope scope(*trace_, "compute", "optimizer", "optimizer");
   // The norm of the whole model: the dense gradients are equal on every rank (count them once);
   // each expert lives on one rank of the ep group, so its squares are summed over ep.

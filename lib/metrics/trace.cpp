@@ -69,6 +69,23 @@ TraceClock::time_point synchronized_origin(comm::Communicator& world) {
   return TraceClock::now();
 }
 
+std::unique_ptr<TraceRecorder> make_trace_recorder(comm::Communicator& world,
+                                                   const std::string& path) {
+  if (path.empty()) return nullptr;
+  return std::make_unique<TraceRecorder>(world.rank(), synchronized_origin(world));
+}
+
+std::vector<TraceEvent> write_gathered_trace(comm::Communicator& world, const TraceRecorder& trace,
+                                             const std::string& path) {
+  std::vector<TraceEvent> events = gather_events(world, trace.events());
+  if (world.rank() != 0) return events;
+  write_chrome_trace(path, events);
+  std::printf("trace: %s (%zu events; open it in https://ui.perfetto.dev or run `tinyscale "
+              "trace %s`)\n",
+              path.c_str(), events.size(), path.c_str());
+  return events;
+}
+
 // ---- gather: events as int64 words ------------------------------------------------------------
 // Layout: [event count] then per event [rank][stream][name][category][start][duration][bytes],
 // where a string is [byte length][bytes packed 8 per word] and a double is its bit pattern.

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -84,6 +85,14 @@ private:
 
 /// A barrier on `world`, then now(): the origin every rank of a traced run measures from.
 TraceClock::time_point synchronized_origin(comm::Communicator& world);
+/// Collective over `world` when `path` is not empty (every rank passes the same path): this
+/// rank's enabled recorder, measuring from synchronized_origin(world); nullptr when it is empty.
+std::unique_ptr<TraceRecorder> make_trace_recorder(comm::Communicator& world,
+                                                   const std::string& path);
+/// Collective over `world`: gathers every rank's events of `trace` and writes them to `path`
+/// from rank 0, which prints where they went; returns the events on rank 0 (empty elsewhere).
+std::vector<TraceEvent> write_gathered_trace(comm::Communicator& world, const TraceRecorder& trace,
+                                             const std::string& path);
 
 /// Collective over `world`: returns every rank's `events` on rank 0 (in rank order), and an empty
 /// vector on the other ranks. Works on every backend (the events travel as encoded int64 words).

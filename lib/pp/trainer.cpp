@@ -42,11 +42,7 @@ void check_pipeline_layout(const io::RunConfig& config, int stages, const Pipeli
   const train::TrainConfig& t = config.train;
   check_schedule_shape(options.schedule, stages, static_cast<int>(t.micro_batches), options.chunks);
   (void)make_partition(config, stages, options);
-  TS_CHECK(t.batch_size % (data_parallel * t.micro_batches) == 0,
-           "pipeline: train.batch_size = ", t.batch_size, " does not divide into ", data_parallel,
-           " pipeline(s) x ", t.micro_batches,
-           " micro-batches (train.micro_batches) of equal rows; pick a batch size ",
-           "that is a multiple of ", data_parallel * t.micro_batches);
+  train::check_batch_split(config, data_parallel, "pipeline", "pipeline");
   TS_CHECK(t.device == "cpu", "pipeline: train.device = \"", t.device,
            "\"; this version passes activations in host memory: run with --pp on the CPU");
   TS_CHECK(options.zero == 0 || options.zero == 1, "pipeline: expected ZeRO stage 0 or 1 with ",
@@ -230,7 +226,7 @@ void PipelineTrainer::forward(const Action& a, MicroBatchState& st, train::StepR
   for (int i = partition_.begin(v); i < partition_.end(v); ++i) {
     nn::FeedForwardOutput b = model.block(i, x, ctx);
     x = b.y;
-    if (b.stats) add_moe_stats(r, *b.stats, 1.0 / m);
+    if (b.stats) train::add_moe_layer(r.moe, *b.stats, 1.0 / m);
     if (b.aux_loss.defined()) {
       aux = aux.defined() ? aux + b.aux_loss : b.aux_loss;
       z = z.defined() ? z + b.z_loss : b.z_loss;

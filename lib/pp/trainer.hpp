@@ -156,8 +156,6 @@ private:
   void backward(const Action& a, MicroBatchState& st, MicroBatchState* next_local);
   void finish_step(train::StepResult& r, std::chrono::steady_clock::time_point start);
   void reduce_over_data_parallel();
-  void add_moe_stats(train::StepResult& r, const nn::MoeLayerStats& s, double weight);
-  void reduce_moe_stats(train::StepResult& r);
   double global_grad_norm();
   int tag(const Action& a, bool gradient) const;
 

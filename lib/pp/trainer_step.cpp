@@ -37,17 +37,16 @@ void PipelineTrainer::finish_step(train::StepResult& r,
     }
   }
   reduce_over_data_parallel();
-  reduce_moe_stats(r);
-  // losses: the last stage has the cross-entropy, every stage its own aux and z terms
-  Tensor losses =
-      Tensor::from_vector({r.lm_loss, r.aux_loss, r.z_loss}, Shape({3}), DType::Float64);
-  comm::all_reduce(*group_, losses);
-  if (data_parallel_ != nullptr) comm::all_reduce(*data_parallel_, losses);
-  const std::vector<double> l = losses.to_vector();
-  r.lm_loss = l[0];
-  r.aux_loss = l[1];
-  r.z_loss = l[2];
-  r.loss = l[0] + l[1] + l[2];
+  // losses (the last stage has the cross-entropy, every stage its own aux and z terms) and the
+  // MoE statistics of every layer, from its stage, summed over pp and then the pipelines
+  const nn::ModelConfig& model = trainer_.config().model;
+  const std::vector<double> figures = train::step_sums(r, model);
+  Tensor sums = Tensor::from_vector(figures, Shape({static_cast<std::int64_t>(figures.size())}),
+                                    DType::Float64);
+  comm::all_reduce(*group_, sums);
+  if (data_parallel_ != nullptr) comm::all_reduce(*data_parallel_, sums);
+  train::set_step_sums(r, sums.to_vector(), model);
+  r.loss = r.lm_loss + r.aux_loss + r.z_loss;
   r.grad_norm = global_grad_norm();
   const double lr = trainer_.learning_rate();
   if (adamw_ != nullptr) {
@@ -59,68 +58,6 @@ void PipelineTrainer::finish_step(train::StepResult& r,
   for (auto& s : sharded_)
     s->step(lr, optim::clip_factor(trainer_.config().optim.grad_clip, r.grad_norm));
   trainer_.end_step(r, start);
-}
-
-// One micro-batch's statistics of one MoE layer, added to the step's (counts summed, losses
-// weighted like r.aux_loss); r.moe holds this rank's layers until reduce_moe_stats.
-void PipelineTrainer::add_moe_stats(train::StepResult& r, const nn::MoeLayerStats& s,
-                                    double weight) {
-  auto at = std::find_if(r.moe.begin(), r.moe.end(),
-                         [&](const nn::MoeLayerStats& t) { return t.layer == s.layer; });
-  if (at == r.moe.end()) {
-    nn::MoeLayerStats zero = s;
-    std::fill(zero.tokens_per_expert.begin(), zero.tokens_per_expert.end(), 0);
-    zero.assignments = zero.dropped = 0;
-    zero.aux_loss = zero.z_loss = 0;
-    r.moe.push_back(zero);
-    at = r.moe.end() - 1;
-  }
-  for (std::size_t e = 0; e < s.tokens_per_expert.size(); ++e)
-    at->tokens_per_expert[e] += s.tokens_per_expert[e];
-  at->assignments += s.assignments;
-  at->dropped += s.dropped;
-  at->aux_loss += s.aux_loss * weight;
-  at->z_loss += s.z_loss * weight;
-}
-
-// Every MoE layer's statistics on every rank, in layer order: each layer's from its stage (over
-// pp), summed over the pipelines (over data parallelism), as one rank counts the whole batch.
-void PipelineTrainer::reduce_moe_stats(train::StepResult& r) {
-  const nn::ModelConfig& model = trainer_.config().model;
-  const std::size_t E = static_cast<std::size_t>(model.moe.n_experts), width = 4 + E;
-  std::vector<int> layers;
-  for (int l = 0; l < model.n_layer; ++l)
-    if (model.is_moe_layer(l)) layers.push_back(l);
-  if (layers.empty()) return;
-  std::vector<double> flat(layers.size() * width, 0.0);
-  for (const nn::MoeLayerStats& s : r.moe) {
-    const std::size_t i =
-        static_cast<std::size_t>(std::find(layers.begin(), layers.end(), s.layer) - layers.begin());
-    double* row = flat.data() + i * width;
-    row[0] = static_cast<double>(s.assignments);
-    row[1] = static_cast<double>(s.dropped);
-    row[2] = s.aux_loss;
-    row[3] = s.z_loss;
-    for (std::size_t e = 0; e < E; ++e) row[4 + e] = static_cast<double>(s.tokens_per_expert[e]);
-  }
-  Tensor all =
-      Tensor::from_vector(flat, Shape({static_cast<std::int64_t>(flat.size())}), DType::Float64);
-  comm::all_reduce(*group_, all);
-  if (data_parallel_ != nullptr) comm::all_reduce(*data_parallel_, all);
-  flat = all.to_vector();
-  r.moe.clear();
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    const double* row = flat.data() + i * width;
-    nn::MoeLayerStats s;
-    s.layer = layers[i];
-    s.assignments = static_cast<std::int64_t>(row[0]);
-    s.dropped = static_cast<std::int64_t>(row[1]);
-    s.aux_loss = row[2];
-    s.z_loss = row[3];
-    for (std::size_t e = 0; e < E; ++e)
-      s.tokens_per_expert.push_back(static_cast<std::int64_t>(row[4 + e]));
-    r.moe.push_back(s);
-  }
 }
 
 // The norm of the whole model: every element of the gradient counted once over all ranks. wte

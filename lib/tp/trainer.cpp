@@ -29,12 +29,7 @@ const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicat
                              const comm::Communicator* dp, const TpOptions& options) {
   io::parse_config(io::to_toml(config), "the trainer's config"); // unknown values, ranges
   check_tp_layout(config.model, config.train.seq_len, tp.size(), options.sequence_parallel);
-  const auto& t = config.train;
-  const std::int64_t n = size_of(dp);
-  TS_CHECK(t.micro_batches >= 1 && t.batch_size % (n * t.micro_batches) == 0,
-           "tensor parallel: expected train.batch_size (", t.batch_size, ") to divide by dp (", n,
-           ") x train.micro_batches (", t.micro_batches, ") = ", n * t.micro_batches,
-           ", found a remainder; choose a batch size that is a multiple of ", n * t.micro_batches);
+  train::check_batch_split(config, size_of(dp), "tensor parallel");
   return config;
 }
 
@@ -111,7 +106,7 @@ train::StepResult TpTrainer::train_step() {
   if (data_parallel_) data_parallel_->finish_gradient_sync();
   comm::CountingRegion region(*tp_, "gradients"); // the SP sum and the norm (bench tp)
   all_reduce_sequence_parallel_grads(model_.sequence_parallel_parameters(), *tp_);
-  if (size_of(dp_) > 1) dp::reduce_step_result(*dp_, r);
+  if (size_of(dp_) > 1) dp::reduce_step_result(*dp_, r, config_.model);
 
   const nn::ParameterList& params = model_.parameters();
   r.grad_norm = global_grad_norm(params, *tp_);

@@ -59,6 +59,17 @@ Device parse_device(const std::string& name) {
   return Device::cuda();
 }
 
+void check_batch_split(const io::RunConfig& config, std::int64_t replicas, const char* who,
+                       const char* unit) {
+  const TrainConfig& t = config.train;
+  const std::int64_t n = replicas, k = n * t.micro_batches;
+  TS_CHECK(t.micro_batches >= 1 && n >= 1 && t.batch_size % k == 0, who,
+           ": expected train.batch_size (", t.batch_size, ") to divide by dp (", n,
+           ") x train.micro_batches (", t.micro_batches, ") = ", k,
+           ", found a remainder: it does not divide into ", n, " ", unit, "(s) x ", t.micro_batches,
+           " micro-batches of equal rows; choose a batch size that is a ", "multiple of ", k);
+}
+
 double Trainer::flops_per_token() const {
   return metrics::model_flops(config_.model, config_.train.seq_len).train_per_token;
 }
@@ -81,20 +92,7 @@ void Trainer::add_micro_batch(StepResult& r, const nn::ModelOutput& out, double 
     r.z_loss += out.z_loss.item() * weight;
   }
   // Counts add up over micro-batches; per-layer losses are weighted like r.aux_loss.
-  if (r.moe.empty()) {
-    r.moe = out.moe;
-    for (auto& s : r.moe) s.aux_loss *= weight, s.z_loss *= weight;
-    return;
-  }
-  for (std::size_t i = 0; i < out.moe.size(); ++i) {
-    auto& t = r.moe[i];
-    for (std::size_t e = 0; e < out.moe[i].tokens_per_expert.size(); ++e)
-      t.tokens_per_expert[e] += out.moe[i].tokens_per_expert[e];
-    t.assignments += out.moe[i].assignments;
-    t.dropped += out.moe[i].dropped;
-    t.aux_loss += out.moe[i].aux_loss * weight;
-    t.z_loss += out.moe[i].z_loss * weight;
-  }
+  for (const nn::MoeLayerStats& s : out.moe) add_moe_layer(r.moe, s, weight);
 }
 
 void Trainer::finish_step(StepResult& r, std::chrono::steady_clock::time_point start,

@@ -11,6 +11,7 @@
 #include "io/config.hpp"
 #include "nn/gpt.hpp"
 #include "optim/adamw.hpp"
+#include "train/step_result.hpp"
 
 #include <chrono>
 #include <functional>
@@ -20,21 +21,6 @@
 
 namespace tinyscale::train {
 
-/// What one optimizer step did.
-struct StepResult {
-  std::int64_t step = 0;              ///< steps completed after this one (1 for the first)
-  double loss = 0;                    ///< lm_loss + aux_loss + z_loss, averaged over micro-batches
-  double lm_loss = 0;                 ///< cross-entropy
-  double aux_loss = 0;                ///< MoE load-balancing loss (0 for a dense model)
-  double z_loss = 0;                  ///< MoE router z-loss (0 for a dense model)
-  double lr = 0;                      ///< learning rate used
-  double grad_norm = 0;               ///< global gradient norm before clipping
-  double seconds = 0;                 ///< wall time of the step
-  double tokens_per_s = 0;            ///< batch_size * seq_len / seconds
-  std::vector<nn::MoeLayerStats> moe; ///< per MoE layer: counts summed over micro-batches,
-                                      ///< losses averaged
-};
-
 /// Who holds the AdamW state: the Trainer (every chapter but 07), or the caller (ZeRO, chapter 07,
 /// which keeps only this rank's shard of it; the Trainer then allocates no moments).
 enum class OptimizerOwner { Trainer, Caller };
@@ -42,6 +28,12 @@ enum class OptimizerOwner { Trainer, Caller };
 /// The Device named by train.device ("cpu" or "cuda"); throws, saying why, when a CUDA run is
 /// asked of a CPU-only build or a machine without a GPU.
 Device parse_device(const std::string& name);
+
+/// The batch rule every layout shares: throws unless train.batch_size divides into `replicas`
+/// copies (data-parallel ranks, or pipelines: `unit` names them in the message) of
+/// train.micro_batches micro-batches of equal rows. `who` starts the message ("data parallel").
+void check_batch_split(const io::RunConfig& config, std::int64_t replicas, const char* who,
+                       const char* unit = "data-parallel rank");
 
 /// Throws, naming every difference, unless `now` equals the config `saved` in a checkpoint at
 /// `path` in every key but logging, evaluation and checkpoint keys (what resume() checks).

@@ -10,12 +10,8 @@ namespace tinyscale::zero {
 void check_zero_layout(const io::RunConfig& config, int ranks, int stage) {
   TS_CHECK(stage >= 1 && stage <= 3, "ZeRO: expected stage 1, 2 or 3, found ", stage,
            "; stage 0 is plain data parallelism (chapter 04: leave --zero out)");
+  train::check_batch_split(config, ranks, "ZeRO");
   const auto& t = config.train;
-  const std::int64_t n = ranks;
-  TS_CHECK(t.micro_batches >= 1 && t.batch_size % (n * t.micro_batches) == 0,
-           "ZeRO: expected train.batch_size (", t.batch_size, ") to divide by dp (", n,
-           ") x train.micro_batches (", t.micro_batches, ") = ", n * t.micro_batches,
-           ", found a remainder; choose a batch size that is a multiple of ", n * t.micro_batches);
   TS_CHECK(t.device == "cpu", "ZeRO: expected train.device = \"cpu\", found \"", t.device,
            "\"; this version shards in host memory (GPU ZeRO is future work)");
 }
@@ -60,7 +56,7 @@ train::StepResult ZeroTrainer::train_step() {
     zero_->end_micro_batch();
   }
   activation_peak_ = activations_.peak_bytes() - before;
-  dp::reduce_step_result(*group_, r);
+  dp::reduce_step_result(*group_, r, trainer_.config().model);
   r.grad_norm = zero_->grad_norm();
   zero_->step(trainer_.learning_rate(),
               optim::clip_factor(trainer_.config().optim.grad_clip, r.grad_norm));

@@ -1,0 +1,40 @@
+// A composed run (chapter 10) as a train::RankRun, and the one place that turns any parallel plan
+// into a run: check_plan validates it against the model (every axis' rules, each kept in its own
+// chapter's folder), make_run builds this rank's part of it.
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "mesh/plan.hpp"
+#include "train/run.hpp"
+
+#include <memory>
+#include <string>
+
+namespace tinyscale::fourd {
+
+/// Throws, naming the flag or key and the fix, unless `plan` can train `config`: the flags fit
+/// together (--sp needs --tp, the pipeline flags --pp, a composed run ZeRO 1 at most, --trace a
+/// data-parallel or pipelined run), and each axis' rules hold (tp::check_tp_layout,
+/// ep::check_ep_layout, zero::check_zero_layout, pp::check_pipeline_layout, the batch split of
+/// train::check_batch_split). Call it before any rank starts; plan.dp must be resolved
+/// (mesh::ParallelPlan::for_world).
+void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
+                const std::string& trace_path = "");
+
+/// Collective over `world`, whose size is plan.threads_world() on threads (or the mpirun world):
+/// this rank's run of `plan`. One rank without --dp runs chapter 02's Trainer alone; one axis
+/// runs its chapter's trainer; several axes, an explicit order or a topology compose on one mesh
+/// (chapter 10). `trace_path` records a Chrome trace (data-parallel, pipeline and composed runs).
+std::unique_ptr<train::RankRun> make_run(const mesh::ParallelPlan& plan,
+                                         const io::RunConfig& config, comm::Communicator& world,
+                                         const std::string& trace_path = "");
+
+/// Collective over `world` (dp x tp x pp ranks): dp x tp x pp x ep on one mesh in plan.order,
+/// ZeRO-1 optional; each step line adds rank 0's AdamW state, finish() prints what every rank
+/// trains and holds (and writes the trace).
+std::unique_ptr<train::RankRun> make_composed_run(const mesh::ParallelPlan& plan,
+                                                  const io::RunConfig& config,
+                                                  comm::Communicator& world,
+                                                  const std::string& trace_path);
+
+} // namespace tinyscale::fourd

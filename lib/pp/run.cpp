@@ -1,0 +1,140 @@
+#include "pp/run.hpp"
+
+#include "nn/parameter.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+
+namespace tinyscale::pp {
+
+PipelineOptions pipeline_options(const mesh::ParallelPlan& plan) {
+  PipelineOptions options;
+  options.schedule = parse_schedule(plan.schedule);
+  options.chunks = plan.chunks;
+  options.zero = plan.zero;
+  if (plan.pp_blocks == "measured")
+    options.measured_partition = true;
+  else if (!plan.pp_blocks.empty())
+    options.blocks_per_stage = parse_blocks_per_stage(plan.pp_blocks);
+  return options;
+}
+
+namespace {
+
+// "0.273", or "-" where the formula does not apply (NaN)
+std::string formula_text(double formula) {
+  if (std::isnan(formula)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", formula);
+  return buf;
+}
+
+class PipelineRun final : public train::RankRun {
+public:
+  PipelineRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
+              comm::Communicator& world, std::string trace_path)
+      : plan_(plan), world_(&world),
+        pipeline_(world.split(world.rank() % plan.dp, world.rank(), "pp")),
+        copies_(world.split(world.rank() / plan.dp, world.rank(), "dp")),
+        trace_path_(std::move(trace_path)),
+        trace_(metrics::make_trace_recorder(world, trace_path_)),
+        trainer_(config, *pipeline_, pipeline_options(plan), trace_.get(), copies_.get()) {}
+
+  train::StepResult train_step() override {
+    train::StepResult r = trainer_.train_step();
+    bubble_ = trainer_.bubble_report();
+    return r;
+  }
+  double evaluate() override { return trainer_.evaluate(); }
+  std::string save_checkpoint() override { return trainer_.save_checkpoint(); }
+  void resume(const std::string& path) override { trainer_.resume(path); }
+  std::int64_t step() const override { return trainer_.step(); }
+  Device device() const override { return trainer_.device(); }
+  double flops_per_token() const override { return trainer_.flops_per_token(); }
+  std::int64_t parameter_count() const override {
+    return nn::count_elements(trainer_.trainer().model().parameters());
+  }
+  const data::TokenDataset& dataset() const override { return trainer_.dataset(); }
+
+  std::string describe() const override {
+    const train::TrainConfig& t = trainer_.trainer().config().train;
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "pipeline: %s | pp %d (%s) x %d chunk%s | dp %d | %lld micro-batches of %lld "
+                  "rows per pipeline | stages %s",
+                  plan_.schedule.c_str(), plan_.pp, world_->backend(), plan_.chunks,
+                  plan_.chunks == 1 ? "" : "s", plan_.dp, static_cast<long long>(t.micro_batches),
+                  static_cast<long long>(t.batch_size / (plan_.dp * t.micro_batches)),
+                  trainer_.partition().describe().c_str());
+    std::string out = buf;
+    if (plan_.pp_blocks == "measured") {
+      const LayerCosts& c = trainer_.layer_costs();
+      std::snprintf(buf, sizeof buf,
+                    "\ncut from measured costs (forward + backward of one micro-batch): "
+                    "embeddings %.2f ms, blocks",
+                    1e3 * c.embed);
+      out += buf;
+      for (double b : c.blocks) {
+        std::snprintf(buf, sizeof buf, " %.2f", 1e3 * b);
+        out += buf;
+      }
+      std::snprintf(buf, sizeof buf, " ms, head and loss %.2f ms", 1e3 * c.head);
+      out += buf;
+    }
+    return out;
+  }
+
+  void annotate(const train::StepResult&, nlohmann::json& line, std::string& text) const override {
+    double mean = 0, simulated = 0;
+    for (double b : bubble_.measured) mean += b / static_cast<double>(bubble_.measured.size());
+    for (double b : bubble_.simulated)
+      simulated += b / static_cast<double>(bubble_.simulated.size());
+    line["pp"] = {{"schedule", plan_.schedule},
+                  {"stages", plan_.pp},
+                  {"dp", plan_.dp},
+                  {"chunks", plan_.chunks},
+                  {"bubble_measured", bubble_.measured},
+                  {"bubble_simulated", bubble_.simulated},
+                  {"bubble_formula", bubble_.formula}};
+    char buf[120];
+    std::snprintf(buf, sizeof buf, " | bubble %.3f (simulated %.3f, formula %s)", mean, simulated,
+                  formula_text(bubble_.formula).c_str());
+    text += buf;
+  }
+
+  void finish() override {
+    if (trace_) metrics::write_gathered_trace(*world_, *trace_, trace_path_);
+    if (world_->rank() != 0) return;
+    std::printf(
+        "the last step's bubble per rank (idle over the makespan of %.1f ms), measured "
+        "and simulated from the step's mean costs (F %.2f, B %.2f, W %.2f ms per "
+        "stage):\n| rank | measured | simulated | formula (unit costs) |\n|---|---|---|---|\n",
+        1e3 * bubble_.makespan, 1e3 * bubble_.mean_costs.forward,
+        1e3 * bubble_.mean_costs.backward_input, 1e3 * bubble_.mean_costs.backward_weight);
+    for (std::size_t r = 0; r < bubble_.measured.size(); ++r)
+      std::printf("| %zu | %.3f | %.3f | %s |\n", r, bubble_.measured[r], bubble_.simulated[r],
+                  formula_text(bubble_.formula).c_str());
+  }
+
+private:
+  mesh::ParallelPlan plan_;
+  comm::Communicator* world_;
+  std::unique_ptr<comm::Communicator> pipeline_, copies_;
+  std::string trace_path_;
+  std::unique_ptr<metrics::TraceRecorder> trace_;
+  PipelineTrainer trainer_;
+  BubbleReport bubble_;
+};
+
+} // namespace
+
+std::unique_ptr<train::RankRun> make_pipeline_run(const mesh::ParallelPlan& plan,
+                                                  const io::RunConfig& config,
+                                                  comm::Communicator& world,
+                                                  const std::string& trace_path) {
+  return std::make_unique<PipelineRun>(plan, config, world, trace_path);
+}
+
+} // namespace tinyscale::pp
