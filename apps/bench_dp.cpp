@@ -117,21 +117,12 @@ Row measure(comm::Communicator& world, const io::RunConfig& config, const Strate
   return row;
 }
 
-/// The global batch must split into whole micro-batches on each of `n` ranks.
-void check_divisible(const io::RunConfig& config, std::int64_t n) {
-  const std::int64_t batch = config.train.batch_size, k = config.train.micro_batches;
-  TS_CHECK(batch % (n * k) == 0, "bench dp: the global batch train.batch_size = ", batch,
-           " must split evenly over ", n, " ranks x train.micro_batches = ", k,
-           "; found a remainder. Choose --ranks that divide it or --set train.batch_size=",
-           n * k * std::max<std::int64_t>(1, batch / (n * k)));
-}
-
 /// Collective over `world`: every strategy at world.size() ranks; rows and (for the bucketed
 /// strategy) the trace land in `rows` and `trace` on rank 0.
 void measure_world(comm::Communicator& world, const io::RunConfig& config,
                    const BenchDpOptions& opt, std::vector<Row>& rows,
                    std::vector<metrics::TraceEvent>& trace) {
-  check_divisible(config, world.size());
+  train::check_batch_split(config, world.size(), "bench dp");
   for (const Strategy& s : strategies(opt.bucket_kb)) {
     std::vector<metrics::TraceEvent> events;
     Row row = measure(world, config, s, opt, events);
@@ -219,7 +210,8 @@ void run_bench_dp(const BenchDpOptions& opt) {
   std::vector<metrics::TraceEvent> trace;
   if (backend == comm::Backend::Threads) {
     const int max_ranks = *std::max_element(ranks.begin(), ranks.end());
-    for (int n : ranks) check_divisible(config, n); // before minutes of measuring
+    for (int n : ranks) // before minutes of measuring
+      train::check_batch_split(config, n, "bench dp");
     print_header(command_line(opt, backend, 0), config, max_ranks);
     for (int n : ranks) {
       std::vector<metrics::TraceEvent> events;

@@ -7,15 +7,11 @@
 #include "bench_ranks.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
-#include "ep/trainer.hpp"
-#include "fourd/stages.hpp"
+#include "fourd/run.hpp"
 #include "median.hpp"
-#include "mesh/mesh.hpp"
 #include "metrics/peak.hpp"
 #include "plan/agreement.hpp"
 #include "plan/predict.hpp"
-#include "pp/trainer.hpp"
-#include "tp/model.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -76,56 +72,34 @@ std::vector<plan::PlanLayout> enumerate(const plan::ModelShape& model,
   return out;
 }
 
-// Why `l` cannot run (empty: it can): the planner's checks, then the composed trainer's, which
-// `train` makes before any work.
+// Why `l` cannot run (empty: it can): the planner's checks, then the ones `train` makes before
+// any work (fourd::check_plan), so the two cannot disagree about what runs.
 std::string why_not(const io::RunConfig& config, const plan::ModelShape& model,
                     const plan::Cluster& cluster, plan::PlanLayout& l) {
-  const std::int64_t replicas = static_cast<std::int64_t>(l.dp) * l.ep;
-  if (config.train.batch_size % (replicas * l.micro_batches) != 0)
-    return detail::concat("train.batch_size ", config.train.batch_size, " does not divide by dp x ",
-                          "ep x m = ", replicas * l.micro_batches);
-  l.micro_batch = static_cast<int>(config.train.batch_size / (replicas * l.micro_batches));
   if (l.recompute != plan::Recompute::None)
     return "the trainers keep every activation (no recompute)";
-  if (l.zero > 1) return "the composed trainer runs ZeRO stage 1 at most (chapter 10)";
   try {
     plan::check_layout(model, l, cluster);
-    tp::check_tp_layout(config.model, config.train.seq_len, l.tp, false);
-    if (l.ep > 1) ep::check_ep_layout(config, l.dp * l.ep, l.ep);
     io::RunConfig c = config;
     c.train.micro_batches = l.micro_batches;
-    pp::PipelineOptions options;
-    options.schedule = l.pp > 1 ? l.schedule : pp::ScheduleKind::GPipe;
-    options.chunks = l.chunks;
-    pp::check_pipeline_layout(c, l.pp, options, l.dp * l.ep);
+    fourd::check_plan(l.parallel_plan(), c);
   } catch (const Error& e) {
     return e.what();
   }
+  const std::int64_t replicas = static_cast<std::int64_t>(l.dp) * l.ep;
+  l.micro_batch = static_cast<int>(config.train.batch_size / (replicas * l.micro_batches));
   return "";
 }
 
 // One layout on `world` (its size is l.world()), as `train --dp D --tp T --pp P --ep E --zero Z`
-// builds it (apps/train.cpp, run_mesh_rank): adds the slowest rank's time of each timed step to
-// `times` (on every rank).
+// runs it on the composed path (fourd::make_run): adds the slowest rank's time of each timed
+// step to `times` (on every rank).
 void measure(comm::Communicator& world, io::RunConfig config, const plan::PlanLayout& l,
              const BenchPlanOptions& opt, std::vector<double>& times) {
   config.train.micro_batches = l.micro_batches;
-  pp::PipelineOptions options;
-  options.schedule = l.pp > 1 ? l.schedule : pp::ScheduleKind::GPipe;
-  options.chunks = l.chunks;
-  options.zero = l.zero;
-  mesh::Mesh mesh(world, l.mesh());
-  fourd::MeshAxes axes;
-  axes.tp = &mesh.group(mesh::Axis::Tp);
-  if (l.ep > 1) {
-    axes.ep = &mesh.group(mesh::Axis::Ep);
-    axes.expert_data_parallel = &mesh.group("dp x cp");
-  }
-  pp::PipelineTrainer trainer(config, mesh.group(mesh::Axis::Pp), options, nullptr,
-                              &mesh.group("dp x cp x ep"),
-                              std::make_unique<fourd::MeshStages>(config, axes));
+  const std::unique_ptr<train::RankRun> run = fourd::make_run(l.parallel_plan(), config, world);
   for (std::int64_t s = 0; s < opt.warmup + opt.steps; ++s) {
-    double seconds = trainer.train_step().seconds;
+    double seconds = run->train_step().seconds;
     world.all_reduce(&seconds, &seconds, 1, DType::Float64, comm::ReduceOp::Max);
     if (s >= opt.warmup) times.push_back(seconds);
   }

@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "ep/placement.hpp"
+#include "fourd/run.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
 #include "mesh/layout.hpp"
@@ -53,15 +54,20 @@ void run_reshard(const ReshardOptions& opt) {
   const io::RunConfig config =
       io::parse_config(c.config_toml, opt.checkpoint + " (manifest config)");
   const mesh::MeshShape& s = opt.shape;
-  TS_CHECK(s.dp % s.ep == 0, "reshard: --ep ", s.ep, " must divide --dp ", s.dp,
-           " (experts are spread over ep of the ranks that run their own rows)");
-  tp::check_tp_layout(config.model, config.train.seq_len, s.tp, false);
-  if (s.ep > 1) ep::ExpertPlacement(config.model.moe.n_experts, s.ep); // checks the division
+  // The target must be a layout `train` runs with this checkpoint's config: the same rules.
+  mesh::ParallelPlan target;
+  target.dp = s.dp, target.tp = s.tp, target.pp = s.pp, target.ep = s.ep;
+  target.chunks = opt.chunks;
+  target.schedule = opt.chunks > 1 ? "interleaved" : "1f1b";
+  target.pp_blocks = opt.pp_blocks;
+  target.order = opt.order;
+  target.compose = true;
+  fourd::check_plan(target, config);
   const pp::Partition cut = opt.pp_blocks.empty()
                                 ? pp::balanced_partition(config.model.n_layer, s.pp * opt.chunks)
                                 : pp::manual_partition(config.model.n_layer, s.pp * opt.chunks,
                                                        pp::parse_blocks_per_stage(opt.pp_blocks));
-  const mesh::MeshLayout layout(mesh::MeshShape{s.dp / s.ep, s.tp, s.pp, s.ep, 1}, opt.order);
+  const mesh::MeshLayout layout = target.mesh_layout();
   const ep::ExpertPlacement placement(std::max(1, config.model.moe.n_experts), s.ep);
   std::map<std::string, Tensor> model(c.model.begin(), c.model.end());
   std::map<std::string, Tensor> state(c.optimizer.begin(), c.optimizer.end());

@@ -1,7 +1,6 @@
 #include "dp/run.hpp"
 
 #include "dp/trainer.hpp"
-#include "nn/parameter.hpp"
 
 #include <cstdio>
 
@@ -9,40 +8,26 @@ namespace tinyscale::dp {
 
 namespace {
 
-class DataParallelRun final : public train::RankRun {
+class DataParallelRun final : public train::TrainerRun<DpTrainer> {
 public:
   DataParallelRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                   comm::Communicator& world, std::string trace_path)
       : world_(&world), trace_path_(std::move(trace_path)),
         trace_(metrics::make_trace_recorder(world, trace_path_)), options_{plan.bucket_bytes,
-                                                                           plan.overlap},
-        trainer_(config, world, options_, trace_.get()) {}
-
-  train::StepResult train_step() override { return trainer_.train_step(); }
-  double evaluate() override { return trainer_.trainer().evaluate(); }
-  // the replicas are identical: rank 0 writes
-  std::string save_checkpoint() override {
-    return world_->rank() == 0 ? trainer_.trainer().save_checkpoint() : std::string();
+                                                                           plan.overlap} {
+    trainer_ = std::make_unique<DpTrainer>(config, world, options_, trace_.get());
   }
-  void resume(const std::string& path) override { trainer_.trainer().resume(path); }
-  std::int64_t step() const override { return trainer_.trainer().step(); }
-  Device device() const override { return trainer_.trainer().device(); }
-  double flops_per_token() const override { return trainer_.trainer().flops_per_token(); }
-  std::int64_t parameter_count() const override {
-    return nn::count_elements(trainer_.trainer().model().parameters());
-  }
-  const data::TokenDataset& dataset() const override { return trainer_.trainer().dataset(); }
 
   std::string describe() const override {
-    const io::RunConfig& config = trainer_.trainer().config();
+    const io::RunConfig& config = trainer_->config();
     char buf[300];
     std::snprintf(buf, sizeof buf,
                   "data parallel: %d ranks (%s) x %lld micro-batches of %lld rows | %zu buckets "
                   "of %lld KiB, %s",
                   world_->size(), world_->backend(),
                   static_cast<long long>(config.train.micro_batches),
-                  static_cast<long long>(trainer_.micro_batch_rows()),
-                  trainer_.data_parallel().buckets().size(),
+                  static_cast<long long>(trainer_->micro_batch_rows()),
+                  trainer_->data_parallel().buckets().size(),
                   static_cast<long long>(options_.bucket_bytes / 1024),
                   options_.overlap ? "all-reduced during backward" : "all-reduced after backward");
     return buf;
@@ -63,7 +48,6 @@ private:
   std::string trace_path_;
   std::unique_ptr<metrics::TraceRecorder> trace_;
   DpOptions options_;
-  DpTrainer trainer_;
 };
 
 } // namespace

@@ -33,6 +33,15 @@ DpTrainer::DpTrainer(io::RunConfig config, comm::Communicator& group, DpOptions 
   dp_ = std::make_unique<DataParallel>(trainer_.model().parameters(), group, options, trace_);
 }
 
+std::string DpTrainer::save_checkpoint() const {
+  std::string dir;
+  if (group_->rank() == 0) dir = trainer_.save_checkpoint();
+  group_->barrier(); // nobody reads the checkpoint before it is complete
+  return group_->rank() == 0
+             ? dir
+             : trainer_.config().train.checkpoint_dir + "/" + io::checkpoint_dir_name(step());
+}
+
 train::StepResult DpTrainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
   const train::TrainConfig& t = trainer_.config().train;

@@ -35,6 +35,19 @@ public:
   /// norm and MoE counts (reduced over the group).
   train::StepResult train_step();
 
+  /// Collective: the mean validation cross-entropy (each replica evaluates its own copy).
+  double evaluate() const { return trainer_.evaluate(); }
+  /// Collective: rank 0 writes the checkpoint (the replicas are identical) and returns its
+  /// directory; the other ranks wait until it is complete and return the same path.
+  std::string save_checkpoint() const;
+  /// Every rank restores the same checkpoint (any layout's: they are all single-rank).
+  void resume(const std::string& path) { trainer_.resume(path); }
+  std::int64_t step() const { return trainer_.step(); }
+  Device device() const { return trainer_.device(); }
+  double flops_per_token() const { return trainer_.flops_per_token(); }
+  std::int64_t parameter_count() const { return trainer_.parameter_count(); }
+  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
+  const io::RunConfig& config() const { return trainer_.config(); }
   /// Rows per micro-batch on each rank: batch_size / (N x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }
   /// The rank's trainer (evaluate, checkpoints, the model and optimizer).

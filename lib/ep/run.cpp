@@ -55,31 +55,25 @@ void print_load(const std::vector<std::vector<EpLayerLoad>>& ranks) {
   }
 }
 
-class ExpertParallelRun final : public train::RankRun {
+class ExpertParallelRun final : public train::TrainerRun<EpTrainer> {
 public:
   // The mesh's dp axis is the expert-data-parallel size dp / ep.
   ExpertParallelRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                     comm::Communicator& world)
       : plan_(plan), world_(&world),
         mesh_(world, mesh::MeshLayout(mesh::MeshShape{plan.dp / plan.ep, 1, 1, plan.ep, 1})),
-        dense_(&mesh_.group("dp x cp x ep")),
-        trainer_(config, *dense_, mesh_.group(mesh::Axis::Ep), mesh_.group("dp x cp"),
-                 EpOptions{parse_placement(plan.ep_placement),
-                           parse_capacity_scope(plan.ep_capacity), true}) {}
+        dense_(&mesh_.group("dp x cp x ep")) {
+    trainer_ = std::make_unique<EpTrainer>(config, *dense_, mesh_.group(mesh::Axis::Ep),
+                                           mesh_.group("dp x cp"),
+                                           EpOptions{parse_placement(plan.ep_placement),
+                                                     parse_capacity_scope(plan.ep_capacity), true});
+  }
 
   train::StepResult train_step() override {
-    train::StepResult r = trainer_.train_step();
-    loads_ = all_gather_load(*dense_, trainer_.load(), trainer_.device());
+    train::StepResult r = trainer_->train_step();
+    loads_ = all_gather_load(*dense_, trainer_->load(), trainer_->device());
     return r;
   }
-  double evaluate() override { return trainer_.evaluate(); }
-  std::string save_checkpoint() override { return trainer_.save_checkpoint(); }
-  void resume(const std::string& path) override { trainer_.resume(path); }
-  std::int64_t step() const override { return trainer_.step(); }
-  Device device() const override { return trainer_.device(); }
-  double flops_per_token() const override { return trainer_.flops_per_token(); }
-  std::int64_t parameter_count() const override { return trainer_.parameter_count(); }
-  const data::TokenDataset& dataset() const override { return trainer_.dataset(); }
 
   std::string describe() const override {
     char buf[400];
@@ -87,9 +81,9 @@ public:
                   "expert parallel: ep %d inside dp %d (expert-data-parallel size %d, %s) | %lld "
                   "micro-batches of %lld rows per rank\nexperts: %s | capacity: %s (%s)",
                   plan_.ep, plan_.dp, plan_.dp / plan_.ep, world_->backend(),
-                  static_cast<long long>(trainer_.config().train.micro_batches),
-                  static_cast<long long>(trainer_.micro_batch_rows()),
-                  trainer_.placement().describe().c_str(), plan_.ep_capacity.c_str(),
+                  static_cast<long long>(trainer_->config().train.micro_batches),
+                  static_cast<long long>(trainer_->micro_batch_rows()),
+                  trainer_->placement().describe().c_str(), plan_.ep_capacity.c_str(),
                   plan_.ep_capacity == "local" ? "each rank's micro-batch"
                                                : "the ep group's micro-batches together");
     return buf;
@@ -126,7 +120,6 @@ private:
   comm::Communicator* world_;
   mesh::Mesh mesh_;
   comm::Communicator* dense_;
-  EpTrainer trainer_;
   std::vector<std::vector<EpLayerLoad>> loads_; // every rank's, gathered after each step
 };
 

@@ -10,7 +10,6 @@
 #include "mesh/mesh.hpp"
 #include "mesh/placement.hpp"
 #include "mesh/topology.hpp"
-#include "nn/parameter.hpp"
 #include "pp/run.hpp"
 #include "tp/model.hpp"
 #include "tp/run.hpp"
@@ -66,7 +65,7 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
 
 namespace {
 
-class ComposedRun final : public train::RankRun {
+class ComposedRun final : public train::TrainerRun<pp::PipelineTrainer> {
 public:
   ComposedRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
               comm::Communicator& world, std::string trace_path)
@@ -94,16 +93,6 @@ public:
     state_ = trainer_->optimizer_state_bytes();
     return r;
   }
-  double evaluate() override { return trainer_->evaluate(); }
-  std::string save_checkpoint() override { return trainer_->save_checkpoint(); }
-  void resume(const std::string& path) override { trainer_->resume(path); }
-  std::int64_t step() const override { return trainer_->step(); }
-  Device device() const override { return trainer_->device(); }
-  double flops_per_token() const override { return trainer_->flops_per_token(); }
-  std::int64_t parameter_count() const override {
-    return nn::count_elements(trainer_->trainer().model().parameters());
-  }
-  const data::TokenDataset& dataset() const override { return trainer_->dataset(); }
 
   std::string describe() const override {
     const train::TrainConfig& t = trainer_->trainer().config().train;
@@ -177,7 +166,6 @@ private:
   mesh::Mesh mesh_;
   std::string trace_path_;
   std::unique_ptr<metrics::TraceRecorder> trace_;
-  std::unique_ptr<pp::PipelineTrainer> trainer_;
   std::int64_t state_ = 0;
 };
 

@@ -8,7 +8,7 @@ namespace tinyscale::mesh {
 
 bool ParallelPlan::composed() const {
   const int axes = (tp > 1) + (pp > 1) + (ep > 1) + (zero > 0);
-  return axes > 1 || order != kDefaultOrder || !topology.empty();
+  return compose || axes > 1 || order != kDefaultOrder || !topology.empty();
 }
 
 int ParallelPlan::data_parallel(int world) const {

@@ -33,6 +33,9 @@ struct ParallelPlan {
   bool overlap = true;                     ///< all-reduce buckets during backward
   std::string order = kDefaultOrder;       ///< rank order of a composed run, innermost first
   std::string topology;                    ///< a topology file: print the placement report
+  /// Run on chapter 10's composed path even with one axis or none (`bench plan` measures every
+  /// layout the way the composed runs train).
+  bool compose = false;
 
   /// Whether this needs chapter 10's composition: more than one of tp, pp, ep and zero, or an
   /// explicit rank order or topology. The single-axis runs keep their own chapters' trainers.

@@ -5,41 +5,31 @@
 #pragma once
 
 #include "nn/block.hpp"
+#include "nn/model.hpp"
 
 #include <vector>
 
 namespace tinyscale::nn {
 
-/// What one forward pass returns.
-struct ModelOutput {
-  Tensor logits;   ///< [B, T, V]
-  Tensor loss;     ///< scalar: lm_loss + aux_loss + z_loss (undefined without targets)
-  Tensor lm_loss;  ///< scalar: mean cross-entropy over the targets (undefined without targets)
-  Tensor aux_loss; ///< scalar: sum over MoE layers (undefined for a dense model)
-  Tensor z_loss;   ///< scalar: sum over MoE layers (undefined for a dense model)
-  std::vector<MoeLayerStats> moe; ///< one entry per MoE layer
-};
-
 /// GPT-2 with optional MoE layers.
-class GPT {
+class GPT final : public Model {
 public:
   /// Builds and initialises the model (GPT-2 init; every parameter from Philox(seed, its name)).
   /// `moe_layer` builds each MoE sublayer (empty: moe::MoeFeedForward, all experts on this rank).
   GPT(const ModelConfig& config, std::uint64_t seed, const MoeLayerFactory& moe_layer = {});
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   /// Every parameter once, in forward order; the tied head is wte itself.
-  const ParameterList& parameters() const { return params_; }
+  const ParameterList& parameters() const override { return params_; }
 
   /// ids [B, T] (int64) -> x [B, T, C]: wte[ids] + wpe[0..T), with dropout.
-  Tensor embed(const Tensor& ids, const ForwardContext& ctx) const;
+  Tensor embed(const Tensor& ids, const ForwardContext& ctx) const override;
   /// Block `layer` on x [B, T, C].
-  FeedForwardOutput block(int layer, const Tensor& x, const ForwardContext& ctx) const;
+  FeedForwardOutput block(int layer, const Tensor& x, const ForwardContext& ctx) const override;
   /// x [B, T, C] -> logits [B, T, V]: ln_f, then x wte^T.
-  Tensor head(const Tensor& x) const;
-
-  /// The whole model; with targets [B, T] also the losses. Targets of -100 are ignored.
-  ModelOutput forward(const Tensor& ids, const Tensor& targets, const ForwardContext& ctx) const;
+  Tensor head(const Tensor& x) const override;
+  /// The mean cross-entropy of logits [B, T, V] against targets [B, T] (-100 ignored).
+  Tensor lm_loss(const Tensor& logits, const Tensor& targets) const override;
 
 private:
   ModelConfig config_;

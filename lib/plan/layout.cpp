@@ -15,6 +15,20 @@ mesh::MeshLayout PlanLayout::mesh() const {
   return mesh::MeshLayout({.dp = dp, .tp = tp, .pp = pp, .ep = ep}, order);
 }
 
+mesh::ParallelPlan PlanLayout::parallel_plan() const {
+  mesh::ParallelPlan p;
+  p.dp = dp * ep;
+  p.tp = tp;
+  p.pp = pp;
+  p.ep = ep;
+  p.zero = zero;
+  p.schedule = pp > 1 ? pp::schedule_name(schedule) : "1f1b";
+  p.chunks = chunks;
+  p.order = order;
+  p.compose = true;
+  return p;
+}
+
 std::string PlanLayout::schedule_text() const {
   if (pp == 1) return "-";
   std::string text = pp::schedule_name(schedule);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "mesh/layout.hpp"
+#include "mesh/plan.hpp"
 #include "pp/schedule.hpp"
 
 #include <cstdint>
@@ -37,6 +38,9 @@ struct PlanLayout {
   }
   /// The mesh: sizes and order.
   mesh::MeshLayout mesh() const;
+  /// This layout as the plan `tinyscale train` runs (its dp counts the ep ranks too), on the
+  /// composed path (fourd::check_plan tells whether the executor can run it).
+  mesh::ParallelPlan parallel_plan() const;
   /// "1f1b", "interleaved v2", or "-" when pp = 1 (no pipeline, no schedule to choose).
   std::string schedule_text() const;
   /// "tp 8 pp 4 dp 8 | b 1 m 64 | interleaved v2 | zero 1 | recompute full".

@@ -1,7 +1,5 @@
 #include "pp/run.hpp"
 
-#include "nn/parameter.hpp"
-
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -31,7 +29,7 @@ std::string formula_text(double formula) {
   return buf;
 }
 
-class PipelineRun final : public train::RankRun {
+class PipelineRun final : public train::TrainerRun<PipelineTrainer> {
 public:
   PipelineRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
               comm::Communicator& world, std::string trace_path)
@@ -39,27 +37,19 @@ public:
         pipeline_(world.split(world.rank() % plan.dp, world.rank(), "pp")),
         copies_(world.split(world.rank() / plan.dp, world.rank(), "dp")),
         trace_path_(std::move(trace_path)),
-        trace_(metrics::make_trace_recorder(world, trace_path_)),
-        trainer_(config, *pipeline_, pipeline_options(plan), trace_.get(), copies_.get()) {}
+        trace_(metrics::make_trace_recorder(world, trace_path_)) {
+    trainer_ = std::make_unique<PipelineTrainer>(config, *pipeline_, pipeline_options(plan),
+                                                 trace_.get(), copies_.get());
+  }
 
   train::StepResult train_step() override {
-    train::StepResult r = trainer_.train_step();
-    bubble_ = trainer_.bubble_report();
+    train::StepResult r = trainer_->train_step();
+    bubble_ = trainer_->bubble_report();
     return r;
   }
-  double evaluate() override { return trainer_.evaluate(); }
-  std::string save_checkpoint() override { return trainer_.save_checkpoint(); }
-  void resume(const std::string& path) override { trainer_.resume(path); }
-  std::int64_t step() const override { return trainer_.step(); }
-  Device device() const override { return trainer_.device(); }
-  double flops_per_token() const override { return trainer_.flops_per_token(); }
-  std::int64_t parameter_count() const override {
-    return nn::count_elements(trainer_.trainer().model().parameters());
-  }
-  const data::TokenDataset& dataset() const override { return trainer_.dataset(); }
 
   std::string describe() const override {
-    const train::TrainConfig& t = trainer_.trainer().config().train;
+    const train::TrainConfig& t = trainer_->trainer().config().train;
     char buf[400];
     std::snprintf(buf, sizeof buf,
                   "pipeline: %s | pp %d (%s) x %d chunk%s | dp %d | %lld micro-batches of %lld "
@@ -67,10 +57,10 @@ public:
                   plan_.schedule.c_str(), plan_.pp, world_->backend(), plan_.chunks,
                   plan_.chunks == 1 ? "" : "s", plan_.dp, static_cast<long long>(t.micro_batches),
                   static_cast<long long>(t.batch_size / (plan_.dp * t.micro_batches)),
-                  trainer_.partition().describe().c_str());
+                  trainer_->partition().describe().c_str());
     std::string out = buf;
     if (plan_.pp_blocks == "measured") {
-      const LayerCosts& c = trainer_.layer_costs();
+      const LayerCosts& c = trainer_->layer_costs();
       std::snprintf(buf, sizeof buf,
                     "\ncut from measured costs (forward + backward of one micro-batch): "
                     "embeddings %.2f ms, blocks",
@@ -124,7 +114,6 @@ private:
   std::unique_ptr<comm::Communicator> pipeline_, copies_;
   std::string trace_path_;
   std::unique_ptr<metrics::TraceRecorder> trace_;
-  PipelineTrainer trainer_;
   BubbleReport bubble_;
 };
 

@@ -11,7 +11,7 @@ bool StageModel::holds(const std::string& name) const {
 }
 
 Tensor GptStages::loss(const Tensor& x, const Tensor& targets) const {
-  return cross_entropy(model_->head(x), targets);
+  return model_->lm_loss(model_->head(x), targets);
 }
 
 } // namespace tinyscale::pp

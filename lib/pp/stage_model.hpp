@@ -90,7 +90,7 @@ public:
 /// One rank's whole nn::GPT (chapter 06: every rank builds it and trains its stages).
 class GptStages : public StageModel {
 public:
-  explicit GptStages(const nn::GPT& model) : model_(&model) {}
+  explicit GptStages(const nn::Model& model) : model_(&model) {}
   const nn::ParameterList& parameters() const override { return model_->parameters(); }
   Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const override {
     return model_->embed(ids, ctx);
@@ -102,7 +102,7 @@ public:
   Tensor loss(const Tensor& x, const Tensor& targets) const override;
 
 private:
-  const nn::GPT* model_;
+  const nn::Model* model_;
 };
 
 } // namespace tinyscale::pp

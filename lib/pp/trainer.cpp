@@ -4,6 +4,7 @@
 // the deferred W pass of a split backward. Stages never share a graph: even two virtual stages
 // on one rank (p = 1 with chunks) hand over a detached copy, exactly like a send.
 #include "pp/trainer.hpp"
+#include "zero/sharded_adamw.hpp"
 
 #include "autograd/engine.hpp"
 #include "autograd/grad_mode.hpp"
@@ -140,7 +141,7 @@ std::int64_t PipelineTrainer::optimizer_state_bytes() const {
 
 LayerCosts measure_layer_costs(train::Trainer& trainer, std::int64_t rows) {
   const train::TrainConfig& t = trainer.config().train;
-  const nn::GPT& model = trainer.model();
+  const nn::Model& model = trainer.model();
   const data::Batch b =
       trainer.dataset().batch(data::Split::Train, 0, t.batch_size, t.seq_len, 0, rows);
   const nn::ForwardContext ctx{true, t.seed, 0, 0, nullptr};

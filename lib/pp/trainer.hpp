@@ -14,10 +14,13 @@
 #include "pp/simulate.hpp"
 #include "pp/stage_model.hpp"
 #include "train/trainer.hpp"
-#include "zero/sharded_adamw.hpp"
 
 #include <memory>
 #include <vector>
+
+namespace tinyscale::zero {
+class ShardedAdamW; // ZeRO-1 of a composed run's stages (chapter 10), built in trainer.cpp
+} // namespace tinyscale::zero
 
 namespace tinyscale::pp {
 
@@ -146,6 +149,8 @@ public:
   /// GptStages; its optimizer is empty (OptimizerOwner::Caller): this class steps its own.
   const train::Trainer& trainer() const { return trainer_; }
   std::int64_t step() const { return trainer_.step(); }
+  /// Elements of the whole model (every stage's, on every rank).
+  std::int64_t parameter_count() const { return trainer_.parameter_count(); }
 
 private:
   struct MicroBatchState; // one (chunk, micro-batch)'s tensors while it is in flight

@@ -126,41 +126,20 @@ nn::FeedForwardOutput TpGPT::block(int layer, const Tensor& x,
   return blocks_[static_cast<std::size_t>(layer)]->forward(x, ctx);
 }
 
-Tensor TpGPT::logits(const Tensor& x) const {
+Tensor TpGPT::head(const Tensor& x) const {
   // The tied head, column-parallel over the vocabulary: [B, T, C] x [C, V/t].
+  comm::CountingRegion region(*tp_.group, "head");
   Tensor h = enter_tp(ln_f_->forward(x), tp_);
   return matmul(h, transpose(cast(wte_, h.dtype()), 0, 1));
 }
 
-Tensor TpGPT::head_loss(const Tensor& x, const Tensor& targets) const {
+Tensor TpGPT::lm_loss(const Tensor& logits, const Tensor& targets) const {
   comm::CountingRegion region(*tp_.group, "head");
-  return vocab_parallel_cross_entropy(logits(x), targets, tp_.rank() * wte_.size(0), *tp_.group);
+  return vocab_parallel_cross_entropy(logits, targets, tp_.rank() * wte_.size(0), *tp_.group);
 }
 
-nn::ModelOutput TpGPT::forward(const Tensor& ids, const Tensor& targets,
-                               const nn::ForwardContext& ctx) const {
-  nn::ModelOutput out;
-  Tensor x = embed(ids, ctx);
-  for (int i = 0; i < config_.n_layer; ++i) {
-    nn::FeedForwardOutput b = block(i, x, ctx);
-    x = b.y;
-    if (b.aux_loss.defined()) {
-      out.aux_loss = out.aux_loss.defined() ? out.aux_loss + b.aux_loss : b.aux_loss;
-      out.z_loss = out.z_loss.defined() ? out.z_loss + b.z_loss : b.z_loss;
-    }
-    if (b.stats) out.moe.push_back(*b.stats);
-  }
-  comm::CountingRegion region(*tp_.group, "head");
-  out.logits = logits(x);
-  if (targets.defined()) {
-    TS_CHECK(targets.shape() == ids.shape(), "TpGPT: expected targets shaped like the ids ",
-             ids.shape().str(), ", found ", targets.shape().str());
-    out.lm_loss =
-        vocab_parallel_cross_entropy(out.logits, targets, tp_.rank() * wte_.size(0), *tp_.group);
-    out.loss = out.lm_loss;
-    if (out.aux_loss.defined()) out.loss = out.loss + out.aux_loss + out.z_loss;
-  }
-  return out;
+Tensor TpGPT::head_loss(const Tensor& x, const Tensor& targets) const {
+  return lm_loss(head(x), targets);
 }
 
 } // namespace tinyscale::tp

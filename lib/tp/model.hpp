@@ -28,7 +28,7 @@ void check_tp_layout(const nn::ModelConfig& model, std::int64_t seq_len, int tp,
 class TpBlock;
 
 /// GPT-2 on one rank of a tensor-parallel group.
-class TpGPT {
+class TpGPT final : public nn::Model {
 public:
   /// Builds this rank's shards (the single-rank model's initial values, cut). `tp.group` must
   /// outlive the model.
@@ -39,31 +39,31 @@ public:
   ~TpGPT();
   TpGPT(TpGPT&&) noexcept;
 
-  const nn::ModelConfig& config() const { return config_; }
+  const nn::ModelConfig& config() const override { return config_; }
   const TpContext& tp() const { return tp_; }
   /// Every parameter shard once, in nn::GPT's order and with its names.
-  const nn::ParameterList& parameters() const { return params_; }
+  const nn::ParameterList& parameters() const override { return params_; }
   /// The replicated parameters whose gradients are partial sums over tp (sequence parallelism).
   const nn::ParameterList& sequence_parallel_parameters() const { return sp_params_; }
-
-  /// Collective over tp: ids [B, T] and targets [B, T] -> the losses (as nn::GPT computes them);
-  /// `logits` holds this rank's vocabulary slice [B, T, V/t].
-  nn::ModelOutput forward(const Tensor& ids, const Tensor& targets,
-                          const nn::ForwardContext& ctx) const;
 
   // ---- the pieces of forward, for a pipeline of tensor-parallel stages (chapter 10) ----------
   /// Collective over tp: ids [B, T] -> the residual stream [B, T, C] (with sequence parallelism
   /// this rank's positions [B, T/t, C]), dropout applied.
-  Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const;
+  Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const override;
   /// Collective over tp: block `layer` on the residual stream, in its layout.
-  nn::FeedForwardOutput block(int layer, const Tensor& x, const nn::ForwardContext& ctx) const;
+  nn::FeedForwardOutput block(int layer, const Tensor& x,
+                              const nn::ForwardContext& ctx) const override;
   /// Collective over tp: ln_f, this rank's vocabulary slice of the logits [B, T, V/t], and the
   /// vocabulary-parallel cross-entropy against targets [B, T] (the same scalar on every rank).
   Tensor head_loss(const Tensor& x, const Tensor& targets) const;
+  /// Collective over tp: ln_f and the tied head, column-parallel over the vocabulary: this rank's
+  /// slice of the logits [B, T, V/t].
+  Tensor head(const Tensor& x) const override;
+  /// Collective over tp: the vocabulary-parallel cross-entropy of head()'s slices (the same
+  /// scalar on every rank). nn::Model::forward is the whole model from these pieces.
+  Tensor lm_loss(const Tensor& logits, const Tensor& targets) const override;
 
 private:
-  Tensor logits(const Tensor& x) const; ///< ln_f and the tied head: [B, T, V/t]
-
   nn::ModelConfig config_;
   TpContext tp_;
   nn::ParameterList params_, sp_params_;

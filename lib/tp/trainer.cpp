@@ -15,6 +15,7 @@
 #include "tp/gradients.hpp"
 #include "tp/sharding.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -40,11 +41,6 @@ TpContext context(comm::Communicator& tp, const TpOptions& options) {
   return TpContext{&tp, options.sequence_parallel, options.identity_g_layer};
 }
 
-const nn::ParameterList& placed(const nn::ParameterList& params, Device device) {
-  nn::to_device(params, device);
-  return params;
-}
-
 /// A GradientSync for dp = 1: backward passes have nothing to synchronise.
 class LocalSync : public dp::GradientSync {
 public:
@@ -66,38 +62,36 @@ std::string state_parameter(const std::string& name) {
 
 TpTrainer::TpTrainer(io::RunConfig config, comm::Communicator& tp, comm::Communicator* dp,
                      TpOptions options)
-    : config_(checked(config, tp, dp, options)), tp_(&tp), dp_(dp), options_(options),
-      data_(data::TokenDataset::open(config.data, config.model.vocab_size)),
-      model_(config.model, config.train.seed, context(tp, options)),
-      optimizer_(placed(model_.parameters(), train::parse_device(config.train.device)),
-                 config.optim),
-      device_(train::parse_device(config.train.device)) {
-  rows_ = config_.train.batch_size / (size_of(dp) * config_.train.micro_batches);
+    : tp_(&tp), dp_(dp), options_(options),
+      trainer_(
+          [&](const io::RunConfig& c) {
+            auto model = std::make_unique<TpGPT>(c.model, c.train.seed, context(tp, options));
+            model_ = model.get();
+            return model;
+          },
+          checked(config, tp, dp, options)) {
+  const train::TrainConfig& t = trainer_.config().train;
+  rows_ = t.batch_size / (size_of(dp) * t.micro_batches);
   if (size_of(dp) > 1)
-    data_parallel_ = std::make_unique<dp::DataParallel>(model_.parameters(), *dp);
+    data_parallel_ = std::make_unique<dp::DataParallel>(model_->parameters(), *dp);
 }
 
 TpTrainer::~TpTrainer() = default;
 
 train::StepResult TpTrainer::train_step() {
   const auto start = std::chrono::steady_clock::now();
-  const train::TrainConfig& t = config_.train;
-  const Device device = device_;
+  const train::TrainConfig& t = trainer_.config().train;
   const std::int64_t k = t.micro_batches, dp_rank = dp_ != nullptr ? dp_->rank() : 0;
   const std::int64_t global_tokens = t.batch_size * t.seq_len, tokens = rows_ * t.seq_len;
   train::StepResult r;
-  optimizer_.zero_grad();
+  trainer_.zero_grad();
   LocalSync local;
   dp::GradientSync& sync = data_parallel_ ? static_cast<dp::GradientSync&>(*data_parallel_) : local;
   // Every rank of a tp group runs the same rows; the dp groups split the batch as in chapter 04.
   dp::accumulate_gradients(
       sync, k, global_tokens,
       [&](std::int64_t m) {
-        const std::int64_t row_begin = (dp_rank * k + m) * rows_;
-        data::Batch b =
-            data_.batch(data::Split::Train, step_, t.batch_size, t.seq_len, row_begin, rows_);
-        nn::ForwardContext ctx{true, t.seed, step_, row_begin};
-        nn::ModelOutput out = model_.forward(b.inputs.to(device), b.targets.to(device), ctx);
+        nn::ModelOutput out = trainer_.forward_micro_batch((dp_rank * k + m) * rows_, rows_);
         train::Trainer::add_micro_batch(
             r, out, static_cast<double>(tokens) / static_cast<double>(global_tokens));
         return dp::MicroBatchLoss{out.loss, tokens};
@@ -105,107 +99,64 @@ train::StepResult TpTrainer::train_step() {
       no_trace_);
   if (data_parallel_) data_parallel_->finish_gradient_sync();
   comm::CountingRegion region(*tp_, "gradients"); // the SP sum and the norm (bench tp)
-  all_reduce_sequence_parallel_grads(model_.sequence_parallel_parameters(), *tp_);
-  if (size_of(dp_) > 1) dp::reduce_step_result(*dp_, r, config_.model);
-
-  const nn::ParameterList& params = model_.parameters();
-  r.grad_norm = global_grad_norm(params, *tp_);
-  optim::clip_grads_to_norm(params, config_.optim.grad_clip, r.grad_norm);
-  r.lr = optim::learning_rate(config_.optim, step_, t.steps);
-  optimizer_.step(r.lr);
-  backend_for(device).synchronize();
-  ++step_;
-  r.step = step_;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.tokens_per_s = static_cast<double>(t.batch_size * t.seq_len) / r.seconds;
+  all_reduce_sequence_parallel_grads(model_->sequence_parallel_parameters(), *tp_);
+  if (size_of(dp_) > 1) dp::reduce_step_result(*dp_, r, trainer_.config().model);
+  trainer_.finish_step(r, start, [&] { return global_grad_norm(model_->parameters(), *tp_); });
   return r;
-}
-
-double TpTrainer::evaluate() const {
-  NoGradGuard no_grad;
-  const train::TrainConfig& t = config_.train;
-  const Device device = device_;
-  double total = 0;
-  for (std::int64_t j = 0; j < t.eval_batches; ++j) {
-    data::Batch b = data_.batch(data::Split::Val, j, t.batch_size, t.seq_len);
-    total += model_.forward(b.inputs.to(device), b.targets.to(device), {}).lm_loss.item();
-  }
-  return total / static_cast<double>(t.eval_batches);
-}
-
-double TpTrainer::flops_per_token() const {
-  return metrics::model_flops(config_.model, config_.train.seq_len).train_per_token;
 }
 
 std::int64_t TpTrainer::parameter_count() const {
   std::int64_t n = 0;
-  for (const auto& p : model_.parameters())
+  for (const auto& p : model_->parameters())
     n += p.tensor.numel() * (shard_spec(p.name).replicated() ? 1 : tp_->size());
   return n;
 }
 
+// The join: every shard (and its AdamW moments) gathered whole, by the parameter's shard spec.
 std::string TpTrainer::save_checkpoint() const {
-  io::Checkpoint c;
-  c.step = step_;
-  c.config_toml = io::to_toml(config_);
-  for (const auto& p : model_.parameters())
-    c.model.emplace_back(p.name, gather_full(*tp_, p.tensor, shard_spec(p.name)));
-  for (const auto& [name, tensor] : optimizer_.state_tensors()) {
+  io::Checkpoint c = trainer_.checkpoint();
+  for (auto& [name, tensor] : c.model) tensor = gather_full(*tp_, tensor, shard_spec(name));
+  for (auto& [name, tensor] : c.optimizer) {
     const std::string param = state_parameter(name);
-    c.optimizer.emplace_back(name,
-                             param.empty() ? tensor : gather_full(*tp_, tensor, shard_spec(param)));
+    if (!param.empty()) tensor = gather_full(*tp_, tensor, shard_spec(param));
   }
-  c.state = {{"train_seed", config_.train.seed}, {"data_seed", config_.data.seed}};
   const bool writer = tp_->rank() == 0 && (dp_ == nullptr || dp_->rank() == 0);
+  const std::string& root = trainer_.config().train.checkpoint_dir;
   std::string dir;
-  if (writer) dir = io::write_checkpoint(config_.train.checkpoint_dir, c);
+  if (writer) dir = io::write_checkpoint(root, c);
   // Nobody reads the checkpoint before it is complete.
   if (dp_ != nullptr) dp_->barrier();
   tp_->barrier();
-  return writer ? dir : config_.train.checkpoint_dir + "/" + io::checkpoint_dir_name(step_);
+  return writer ? dir : root + "/" + io::checkpoint_dir_name(c.step);
 }
 
+// The cut: this rank's shard of every whole tensor, then chapter 02's restore checks and loads it.
 void TpTrainer::resume(const std::string& path) {
   io::Checkpoint c = io::read_checkpoint(path);
   // Check everything before changing anything, so a refused resume leaves the trainer as it was.
-  train::check_same_run(io::parse_config(c.config_toml, path + " (manifest config)"), config_,
-                        path);
+  train::check_same_run(io::parse_config(c.config_toml, path + " (manifest config)"),
+                        trainer_.config(), path);
   const int rank = tp_->rank(), ranks = tp_->size();
-  auto cut = [&](const std::string& param, const Tensor& full, const Tensor& like,
-                 const std::string& what) {
+  const nn::ParameterList& params = model_->parameters();
+  auto cut = [&](const std::string& param, Tensor& full, const std::string& what) {
+    const auto held = std::find_if(params.begin(), params.end(),
+                                   [&](const nn::NamedParameter& p) { return p.name == param; });
+    if (held == params.end()) return; // not in this model: restore() names it
+    const Tensor& like = held->tensor;
     const Tensor shard = cut_shard(full, shard_spec(param), rank, ranks);
     TS_CHECK(shard.shape() == like.shape() && full.dtype() == like.dtype(), "resume: ", what, " '",
              param, "' is ", full.shape().str(), " ", dtype_name(full.dtype()),
              " in the checkpoint, which cuts into ", shard.shape().str(), " for tp rank ", rank,
              " of ", ranks, ", but this rank holds ", like.shape().str(), " ",
              dtype_name(like.dtype()), "; the model configs differ");
-    return shard;
+    full = shard;
   };
-  std::map<std::string, Tensor> saved(c.model.begin(), c.model.end());
-  std::map<std::string, Tensor> shards;
-  for (const auto& p : model_.parameters()) {
-    auto it = saved.find(p.name);
-    TS_CHECK(it != saved.end(), "resume: expected parameter '", p.name, "' in the checkpoint ",
-             path, ", found none; the model configs differ");
-    shards[p.name] = cut(p.name, it->second, p.tensor, "parameter");
-  }
-  TS_CHECK(saved.size() == model_.parameters().size(), "resume: the checkpoint ", path, " has ",
-           saved.size(), " parameters, this model ", model_.parameters().size(),
-           "; the model configs differ");
-  optim::StateTensors state;
-  for (const auto& [name, tensor] : c.optimizer) {
+  for (auto& [name, tensor] : c.model) cut(name, tensor, "parameter");
+  for (auto& [name, tensor] : c.optimizer) {
     const std::string param = state_parameter(name);
-    if (param.empty()) {
-      state.emplace_back(name, tensor);
-      continue;
-    }
-    const auto& p = find_parameter(model_.parameters(), param);
-    state.emplace_back(name, cut(param, tensor, p.tensor, "optimizer state of"));
+    if (!param.empty()) cut(param, tensor, "optimizer state of");
   }
-  optimizer_.load_state(state); // validates all of it before it changes anything
-  NoGradGuard no_grad;
-  for (const auto& p : model_.parameters()) Tensor(p.tensor).copy_(shards.at(p.name));
-  step_ = c.step;
+  trainer_.restore(c, path);
 }
 
 } // namespace tinyscale::tp

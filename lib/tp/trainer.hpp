@@ -29,7 +29,9 @@ struct TpOptions {
   int identity_g_layer = -1;
 };
 
-/// One rank's model shards, optimizer and data under tensor (and optionally data) parallelism.
+/// One rank's model shards, optimizer and data under tensor (and optionally data) parallelism:
+/// chapter 02's Trainer over a TpGPT, plus what tensor parallelism adds to a step (the dp sync of
+/// the shards, the sequence-parallel sum, the norm over tp) and the shards' cut and join.
 class TpTrainer {
 public:
   /// Collective over `tp` (and `dp` when given): checks the layout first (check_tp_layout, and
@@ -41,8 +43,8 @@ public:
 
   /// Collective: one optimizer step on the global batch; every rank returns the same result.
   train::StepResult train_step();
-  /// Collective over tp: the mean validation cross-entropy (as train::Trainer::evaluate).
-  double evaluate() const;
+  /// Collective over tp: the mean validation cross-entropy (train::Trainer::evaluate).
+  double evaluate() const { return trainer_.evaluate(); }
 
   /// Collective over tp (and dp): joins the shards and writes a checkpoint in the single-rank
   /// layout under train.checkpoint_dir from world rank 0 of the group; returns its directory
@@ -52,33 +54,29 @@ public:
   /// rank's shards; the config must match as for train::Trainer::resume.
   void resume(const std::string& path);
 
-  std::int64_t step() const { return step_; }
+  std::int64_t step() const { return trainer_.step(); }
   /// Where the shards live (train.device).
-  Device device() const { return device_; }
+  Device device() const { return trainer_.device(); }
   /// Model FLOPs per trained token of the whole model (PaLM; metrics/flops.hpp).
-  double flops_per_token() const;
+  double flops_per_token() const { return trainer_.flops_per_token(); }
   /// Elements of the whole model (every shard of a split parameter counted once per rank).
   std::int64_t parameter_count() const;
-  const io::RunConfig& config() const { return config_; }
-  const TpGPT& model() const { return model_; }
-  const optim::AdamW& optimizer() const { return optimizer_; }
-  const data::TokenDataset& dataset() const { return data_; }
+  const io::RunConfig& config() const { return trainer_.config(); }
+  const TpGPT& model() const { return *model_; }
+  const optim::AdamW& optimizer() const { return trainer_.optimizer(); }
+  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
   /// Rows of one micro-batch on this rank: batch_size / (dp x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }
 
 private:
-  io::RunConfig config_;
   comm::Communicator* tp_;
   comm::Communicator* dp_;
   TpOptions options_;
-  data::TokenDataset data_;
-  TpGPT model_;
-  optim::AdamW optimizer_;
-  Device device_;
+  const TpGPT* model_ = nullptr; // the trainer's model
+  train::Trainer trainer_;
   std::unique_ptr<dp::DataParallel> data_parallel_;
   metrics::TraceRecorder no_trace_;
   std::int64_t rows_ = 0;
-  std::int64_t step_ = 0;
 };
 
 } // namespace tinyscale::tp

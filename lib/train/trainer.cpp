@@ -42,12 +42,20 @@ nn::ParameterList optimized(const nn::ParameterList& params, OptimizerOwner owne
 
 Trainer::Trainer(io::RunConfig config, const nn::MoeLayerFactory& moe_layer,
                  OptimizerOwner optimizer_owner)
+    : Trainer(
+          [&](const io::RunConfig& c) {
+            return std::make_unique<nn::GPT>(c.model, c.train.seed, moe_layer);
+          },
+          std::move(config), optimizer_owner) {}
+
+Trainer::Trainer(const ModelFactory& make_model, io::RunConfig config,
+                 OptimizerOwner optimizer_owner)
     : config_(validated(config)),
-      data_(data::TokenDataset::open(config.data, config.model.vocab_size)),
-      device_(parse_device(config.train.device)),
-      model_(config.model, config.train.seed, moe_layer), optimizer_owner_(optimizer_owner),
-      optimizer_(optimized(placed(model_.parameters(), device_, config.model), optimizer_owner),
-                 config.optim) {}
+      data_(data::TokenDataset::open(config_.data, config_.model.vocab_size)),
+      device_(parse_device(config_.train.device)), model_(make_model(config_)),
+      optimizer_owner_(optimizer_owner),
+      optimizer_(optimized(placed(model_->parameters(), device_, config_.model), optimizer_owner),
+                 config_.optim) {}
 
 Device parse_device(const std::string& name) {
   if (name == "cpu") return Device::cpu();
@@ -81,7 +89,7 @@ nn::ModelOutput Trainer::forward_micro_batch(std::int64_t row_begin, std::int64_
   const TrainConfig& t = config_.train;
   data::Batch b = data_.batch(data::Split::Train, step_, t.batch_size, t.seq_len, row_begin, rows);
   nn::ForwardContext ctx{true, t.seed, step_, row_begin, hooks};
-  return model_.forward(b.inputs.to(device_), b.targets.to(device_), ctx);
+  return model_->forward(b.inputs.to(device_), b.targets.to(device_), ctx);
 }
 
 void Trainer::add_micro_batch(StepResult& r, const nn::ModelOutput& out, double weight) {
@@ -101,9 +109,9 @@ void Trainer::finish_step(StepResult& r, std::chrono::steady_clock::time_point s
            "state is the caller's (OptimizerOwner::Caller); step it there and call end_step");
   if (global_grad_norm) {
     r.grad_norm = global_grad_norm();
-    optim::clip_grads_to_norm(model_.parameters(), config_.optim.grad_clip, r.grad_norm);
+    optim::clip_grads_to_norm(model_->parameters(), config_.optim.grad_clip, r.grad_norm);
   } else {
-    r.grad_norm = optim::clip_grad_norm(model_.parameters(), config_.optim.grad_clip);
+    r.grad_norm = optim::clip_grad_norm(model_->parameters(), config_.optim.grad_clip);
   }
   optimizer_.step(learning_rate());
   end_step(r, start);
@@ -151,12 +159,16 @@ double Trainer::evaluate() const {
   double total = 0;
   for (std::int64_t j = 0; j < t.eval_batches; ++j) {
     data::Batch b = data_.batch(data::Split::Val, j, t.batch_size, t.seq_len);
-    total += model_.forward(b.inputs.to(device_), b.targets.to(device_), {}).lm_loss.item();
+    total += model_->forward(b.inputs.to(device_), b.targets.to(device_), {}).lm_loss.item();
   }
   return total / static_cast<double>(t.eval_batches);
 }
 
 std::string Trainer::save_checkpoint(optim::StateTensors optimizer_state) const {
+  return io::write_checkpoint(config_.train.checkpoint_dir, checkpoint(std::move(optimizer_state)));
+}
+
+io::Checkpoint Trainer::checkpoint(optim::StateTensors optimizer_state) const {
   const bool mine = optimizer_owner_ == OptimizerOwner::Trainer;
   TS_CHECK(mine == optimizer_state.empty(), "Trainer::save_checkpoint: expected the optimizer ",
            "state ", mine ? "from this trainer (pass none)" : "from the caller, who owns it",
@@ -164,11 +176,11 @@ std::string Trainer::save_checkpoint(optim::StateTensors optimizer_state) const 
   io::Checkpoint c;
   c.step = step_;
   c.config_toml = io::to_toml(config_);
-  for (const auto& p : model_.parameters()) c.model.emplace_back(p.name, p.tensor);
+  for (const auto& p : model_->parameters()) c.model.emplace_back(p.name, p.tensor);
   c.optimizer = mine ? optimizer_.state_tensors() : std::move(optimizer_state);
   // The only random state is (seed, step): data rows and dropout masks are pure functions of it.
   c.state = {{"train_seed", config_.train.seed}, {"data_seed", config_.data.seed}};
-  return io::write_checkpoint(config_.train.checkpoint_dir, c);
+  return c;
 }
 
 namespace {
@@ -208,7 +220,7 @@ void Trainer::restore(const io::Checkpoint& c, const std::string& path) {
   // Check everything before changing anything, so a refused resume leaves the trainer as it was.
   check_same_run(io::parse_config(c.config_toml, path + " (manifest config)"), config_, path);
   std::map<std::string, Tensor> saved(c.model.begin(), c.model.end());
-  for (const auto& p : model_.parameters()) {
+  for (const auto& p : model_->parameters()) {
     auto it = saved.find(p.name);
     TS_CHECK(it != saved.end(), "resume: expected parameter '", p.name, "' in the checkpoint ",
              path, ", found none; the model configs differ");
@@ -217,13 +229,13 @@ void Trainer::restore(const io::Checkpoint& c, const std::string& path) {
              dtype_name(it->second.dtype()), " in the checkpoint and ", p.tensor.shape().str(), " ",
              dtype_name(p.tensor.dtype()), " in this model; the model configs differ");
   }
-  TS_CHECK(saved.size() == model_.parameters().size(), "resume: the checkpoint ", path, " has ",
-           saved.size(), " parameters, this model ", model_.parameters().size(),
+  TS_CHECK(saved.size() == model_->parameters().size(), "resume: the checkpoint ", path, " has ",
+           saved.size(), " parameters, this model ", model_->parameters().size(),
            "; the model configs differ");
   // validates all of it before it changes anything; a caller-owned state is the caller's to load
   if (optimizer_owner_ == OptimizerOwner::Trainer) optimizer_.load_state(c.optimizer);
   NoGradGuard no_grad;
-  for (const auto& p : model_.parameters()) Tensor(p.tensor).copy_(saved.at(p.name));
+  for (const auto& p : model_->parameters()) Tensor(p.tensor).copy_(saved.at(p.name));
   step_ = c.step;
 }
 

@@ -10,11 +10,13 @@
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
 #include "nn/gpt.hpp"
+#include "nn/model.hpp"
 #include "optim/adamw.hpp"
 #include "train/step_result.hpp"
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +51,12 @@ public:
   /// restores the optimizer state itself (resume() then restores parameters and step only).
   explicit Trainer(io::RunConfig config, const nn::MoeLayerFactory& moe_layer = {},
                    OptimizerOwner optimizer_owner = OptimizerOwner::Trainer);
+  /// Builds a run's model from its validated config (chapter 05 passes a tensor-parallel one).
+  using ModelFactory = std::function<std::unique_ptr<nn::Model>(const io::RunConfig&)>;
+  /// As above, with the model `make_model` builds instead of nn::GPT; its parameters keep their
+  /// single-rank names (a shard of one is checkpointed by the caller, who joins it).
+  Trainer(const ModelFactory& make_model, io::RunConfig config,
+          OptimizerOwner optimizer_owner = OptimizerOwner::Trainer);
 
   /// Restores model, optimizer and step from a checkpoint (a step directory or a checkpoint
   /// root); the checkpoint's parameter names and shapes must match this model.
@@ -61,6 +69,10 @@ public:
   /// With OptimizerOwner::Caller, `optimizer_state` is the AdamW state to write (in
   /// AdamW::state_tensors()'s layout); otherwise it must be empty.
   std::string save_checkpoint(optim::StateTensors optimizer_state = {}) const;
+  /// What save_checkpoint writes, without writing it: the config, the step, the seeds, this
+  /// rank's parameters and the optimizer state (`optimizer_state` as for save_checkpoint). A
+  /// trainer whose ranks hold shards joins them in it before writing.
+  io::Checkpoint checkpoint(optim::StateTensors optimizer_state = {}) const;
 
   /// Runs one optimizer step: zero_grad, micro_batches x (forward_micro_batch, backward of
   /// loss / micro_batches, add_micro_batch), finish_step.
@@ -94,18 +106,20 @@ public:
   const io::RunConfig& config() const { return config_; }
   /// Where the model, its gradients and the optimizer state live (train.device).
   Device device() const { return device_; }
-  const nn::GPT& model() const { return model_; }
+  const nn::Model& model() const { return *model_; }
   /// The optimizer (its parameter list is the model's, in the same order).
   const optim::AdamW& optimizer() const { return optimizer_; }
   const data::TokenDataset& dataset() const { return data_; }
   /// Model FLOPs per trained token (PaLM; metrics/flops.hpp).
   double flops_per_token() const;
+  /// Elements of this rank's parameters (the whole model, for chapter 02's GPT).
+  std::int64_t parameter_count() const { return nn::count_elements(model_->parameters()); }
 
 private:
   io::RunConfig config_;
   data::TokenDataset data_;
   Device device_;
-  nn::GPT model_;
+  std::unique_ptr<nn::Model> model_;
   OptimizerOwner optimizer_owner_;
   optim::AdamW optimizer_;
   std::int64_t step_ = 0;

@@ -13,31 +13,25 @@ namespace {
 
 double kib(double bytes) { return bytes / 1024.0; }
 
-class ZeroRun final : public train::RankRun {
+class ZeroRun final : public train::TrainerRun<ZeroTrainer> {
 public:
   ZeroRun(const mesh::ParallelPlan& plan, const io::RunConfig& config, comm::Communicator& world)
-      : plan_(plan), world_(&world), trainer_(config, world, {plan.zero, plan.prefetch}) {}
+      : plan_(plan), world_(&world) {
+    trainer_ = std::make_unique<ZeroTrainer>(config, world, ZeroOptions{plan.zero, plan.prefetch});
+  }
 
   // What the last step held and sent, taken as it ends: an evaluation or a checkpoint after it
   // gathers every unit at once, which is not what training holds.
   train::StepResult train_step() override {
     stepped_ = true;
-    trainer_.sharded().reset_counts();
-    trainer_.sharded().reset_peaks();
-    train::StepResult r = trainer_.train_step();
-    memory_ = trainer_.sharded().memory();
+    trainer_->sharded().reset_counts();
+    trainer_->sharded().reset_peaks();
+    train::StepResult r = trainer_->train_step();
+    memory_ = trainer_->sharded().memory();
     sent_ = 0;
-    for (const auto& [key, count] : trainer_.sharded().counts()) sent_ += count.wire_bytes;
+    for (const auto& [key, count] : trainer_->sharded().counts()) sent_ += count.wire_bytes;
     return r;
   }
-  double evaluate() override { return trainer_.evaluate(); }
-  std::string save_checkpoint() override { return trainer_.save_checkpoint(); }
-  void resume(const std::string& path) override { trainer_.resume(path); }
-  std::int64_t step() const override { return trainer_.step(); }
-  Device device() const override { return trainer_.device(); }
-  double flops_per_token() const override { return trainer_.flops_per_token(); }
-  std::int64_t parameter_count() const override { return trainer_.sharded().parameter_count(); }
-  const data::TokenDataset& dataset() const override { return trainer_.dataset(); }
 
   std::string describe() const override {
     const int stage = plan_.zero;
@@ -45,8 +39,8 @@ public:
     std::snprintf(buf, sizeof buf,
                   "ZeRO stage %d: dp %d (%s) | %lld micro-batches of %lld rows per rank | %s%s",
                   stage, world_->size(), world_->backend(),
-                  static_cast<long long>(trainer_.config().train.micro_batches),
-                  static_cast<long long>(trainer_.micro_batch_rows()),
+                  static_cast<long long>(trainer_->config().train.micro_batches),
+                  static_cast<long long>(trainer_->micro_batch_rows()),
                   stage == 1   ? "optimizer state sharded"
                   : stage == 2 ? "optimizer state and gradients sharded"
                                : "optimizer state, gradients and parameters sharded",
@@ -61,7 +55,7 @@ public:
                     {"parameter_bytes", m.parameters},
                     {"gradient_bytes", m.gradients},
                     {"optimizer_bytes", m.optimizer},
-                    {"activation_peak_bytes", trainer_.activation_peak()},
+                    {"activation_peak_bytes", trainer_->activation_peak()},
                     {"gathered_peak_bytes", m.gathered_peak},
                     {"sent_bytes", sent_}};
     char buf[120];
@@ -78,16 +72,16 @@ public:
     const int n = world_->size();
     const std::vector<double> mine = {
         static_cast<double>(m.parameters),    static_cast<double>(m.gradients),
-        static_cast<double>(m.optimizer),     static_cast<double>(trainer_.activation_peak()),
+        static_cast<double>(m.optimizer),     static_cast<double>(trainer_->activation_peak()),
         static_cast<double>(m.gathered_peak), sent_};
     std::vector<double> all(mine.size() * static_cast<std::size_t>(n));
     world_->all_gather(mine.data(), all.data(), static_cast<std::int64_t>(mine.size()),
                        DType::Float64);
     if (world_->rank() != 0) return;
-    const double psi = static_cast<double>(trainer_.sharded().parameter_count());
+    const double psi = static_cast<double>(trainer_->sharded().parameter_count());
     const StateBytes f = state_bytes_formula(plan_.zero, psi, n);
     const double sent_formula =
-        traffic_formula(plan_.zero, n, static_cast<int>(trainer_.config().train.micro_batches)) *
+        traffic_formula(plan_.zero, n, static_cast<int>(trainer_->config().train.micro_batches)) *
         psi * 4;
     std::printf("memory per rank, counted by the allocator, beside Rajbhandari et al. (fp32: 4 + "
                 "4 + 8 bytes per parameter, psi = %.0f, N = %d), and the last step's bytes sent:\n"
@@ -106,7 +100,6 @@ public:
 private:
   mesh::ParallelPlan plan_;
   comm::Communicator* world_;
-  ZeroTrainer trainer_;
   ZeroMemory memory_;
   double sent_ = 0;
   bool stepped_ = false;

@@ -44,6 +44,8 @@ public:
   nn::ParameterList gathered_parameters();
 
   std::int64_t step() const { return trainer_.step(); }
+  /// Elements of the whole model (psi of the formulas), whatever each rank holds.
+  std::int64_t parameter_count() const { return zero_->parameter_count(); }
   Device device() const { return trainer_.device(); }
   double flops_per_token() const { return trainer_.flops_per_token(); }
   const data::TokenDataset& dataset() const { return trainer_.dataset(); }

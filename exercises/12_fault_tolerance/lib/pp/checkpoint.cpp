@@ -10,6 +10,7 @@
 #include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 #include "pp/trainer.hpp"
+#include "zero/sharded_adamw.hpp"
 
 #include <map>
 
