@@ -155,7 +155,9 @@ std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchS
                 continue;
               }
               for (int v = 2; v <= space.max_chunks; ++v)
-                if ((model.layers / pp) % v == 0 && m % pp == 0) schedules.push_back({kind, v});
+                if ((model.layers / pp) % v == 0 &&
+                    pp::schedule_shape_problem(kind, pp, m, v).empty())
+                  schedules.push_back({kind, v});
             }
           }
           for (Recompute r : space.recompute) {

@@ -70,6 +70,10 @@ struct Schedule {
 /// Throws, naming the fix, unless `kind` can run p stages, m micro-batches and v chunks:
 /// p, m >= 1; v = 1 except for Interleaved (v >= 1, m a multiple of p when v > 1).
 void check_schedule_shape(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);
+/// What check_schedule_shape would say ("" when the shape runs): the planner (chapter 09) filters
+/// its candidates with the same rule.
+std::string schedule_shape_problem(ScheduleKind kind, int stages, int micro_batches,
+                                   int chunks = 1);
 
 /// The schedule `kind` for p stages, m micro-batches and v chunks, with its sends and receives
 /// and an optimizer step at the end of every rank.

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace tinyscale::train {
 
@@ -27,7 +28,11 @@ void add_moe_layer(std::vector<nn::MoeLayerStats>& into, const nn::MoeLayerStats
 
 namespace {
 
-constexpr std::size_t kLosses = 4, kLayerFigures = 4; // before the tokens per expert
+// The figures of a step that add up over ranks, in step_sums' order: a new one is added here
+// (and filled by the trainers), and every layout's reduction carries it.
+constexpr double StepResult::*kSummed[] = {&StepResult::loss, &StepResult::lm_loss,
+                                           &StepResult::aux_loss, &StepResult::z_loss};
+constexpr std::size_t kLosses = std::size(kSummed), kLayerFigures = 4; // before tokens per expert
 
 std::vector<int> moe_layers(const nn::ModelConfig& model) {
   std::vector<int> layers;
@@ -42,7 +47,7 @@ std::vector<double> step_sums(const StepResult& r, const nn::ModelConfig& model)
   const std::vector<int> layers = moe_layers(model);
   const std::size_t E = static_cast<std::size_t>(model.moe.n_experts), width = kLayerFigures + E;
   std::vector<double> sums(kLosses + layers.size() * width, 0.0);
-  sums[0] = r.loss, sums[1] = r.lm_loss, sums[2] = r.aux_loss, sums[3] = r.z_loss;
+  for (std::size_t i = 0; i < kLosses; ++i) sums[i] = r.*kSummed[i];
   for (const nn::MoeLayerStats& s : r.moe) {
     const auto at = std::find(layers.begin(), layers.end(), s.layer);
     TS_CHECK(at != layers.end() && s.tokens_per_expert.size() == E, "step_sums: expected the ",
@@ -64,7 +69,7 @@ void set_step_sums(StepResult& r, const std::vector<double>& sums, const nn::Mod
   const std::size_t E = static_cast<std::size_t>(model.moe.n_experts), width = kLayerFigures + E;
   TS_CHECK(sums.size() == kLosses + layers.size() * width, "set_step_sums: expected ",
            kLosses + layers.size() * width, " sums for this model, found ", sums.size());
-  r.loss = sums[0], r.lm_loss = sums[1], r.aux_loss = sums[2], r.z_loss = sums[3];
+  for (std::size_t i = 0; i < kLosses; ++i) r.*kSummed[i] = sums[i];
   r.moe.clear();
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const double* row = sums.data() + kLosses + i * width;

@@ -1,8 +1,8 @@
 // StepResult: what one optimizer step did (chapter 02), and the one way every layout sums it
-// over ranks. A figure added to StepResult is added to step_sums/set_step_sums below and every
-// trainer reduces it. The easy thing to get wrong: ranks of a pipeline hold different MoE
-// layers, so the sums are laid out by the model's MoE layers (zeros for a layer not run here),
-// never by what one rank happens to hold.
+// over ranks. A figure that adds up over ranks is added to StepResult and to the one list in
+// step_result.cpp, and every layout's reduction carries it. The easy thing to get wrong: ranks of a
+// pipeline hold different MoE layers, so the sums are laid out by the model's MoE layers (zeros for
+// a layer not run here), never by what one rank happens to hold.
 #pragma once
 
 #include "nn/config.hpp"
@@ -32,10 +32,10 @@ struct StepResult {
 /// order when new): counts summed, losses times `weight` (like StepResult::aux_loss).
 void add_moe_layer(std::vector<nn::MoeLayerStats>& into, const nn::MoeLayerStats& s, double weight);
 
-/// Every figure of `r` that adds up over ranks, as one vector: loss, lm_loss, aux_loss, z_loss,
-/// then per MoE layer of `model` (layer order) assignments, dropped, aux_loss, z_loss and the
-/// tokens per expert. A layer missing from r.moe contributes zeros. Sum these vectors over any
-/// groups of ranks and set_step_sums gives the whole batch's figures.
+/// Every figure of `r` that adds up over ranks, as one vector: loss, lm_loss, aux_loss, z_loss
+/// (the list in step_result.cpp), then per MoE layer of `model` (layer order) assignments, dropped,
+/// aux_loss, z_loss and the tokens per expert. A layer missing from r.moe contributes zeros. Sum
+/// these vectors over any groups of ranks and set_step_sums gives the whole batch's figures.
 std::vector<double> step_sums(const StepResult& r, const nn::ModelConfig& model);
 /// Reads step_sums' layout back into `r` (losses and r.moe, every MoE layer of `model`).
 void set_step_sums(StepResult& r, const std::vector<double>& sums, const nn::ModelConfig& model);

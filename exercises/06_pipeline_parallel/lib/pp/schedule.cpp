@@ -50,24 +50,33 @@ ScheduleKind parse_schedule(const std::string& name) {
               "'");
 }
 
-void check_schedule_shape(ScheduleKind kind, int stages, int micro_batches, int chunks) {
+std::string schedule_shape_problem(ScheduleKind kind, int stages, int micro_batches, int chunks) {
   const std::string what = std::string("pipeline schedule ") + schedule_name(kind) + ": ";
-  TS_CHECK(stages >= 1, what, "expected at least 1 stage, found ", stages);
-  TS_CHECK(micro_batches >= 1, what, "expected at least 1 micro-batch, found ", micro_batches);
-  TS_CHECK(chunks >= 1, what, "expected at least 1 chunk per rank, found ", chunks);
-  TS_CHECK(chunks == 1 || kind == ScheduleKind::Interleaved, what, "found ", chunks,
-           " chunks per rank; only the interleaved schedule runs more than one (use "
-           "--schedule interleaved, or 1 chunk)");
-  TS_CHECK(chunks >= 2 || kind != ScheduleKind::Interleaved, what,
-           "expected 2 or more chunks per rank (--chunks), found ", chunks,
-           "; with one chunk the schedule is 1f1b: use --schedule 1f1b");
+  if (stages < 1) return detail::concat(what, "expected at least 1 stage, found ", stages);
+  if (micro_batches < 1)
+    return detail::concat(what, "expected at least 1 micro-batch, found ", micro_batches);
+  if (chunks < 1) return detail::concat(what, "expected at least 1 chunk per rank, found ", chunks);
+  if (chunks != 1 && kind != ScheduleKind::Interleaved)
+    return detail::concat(what, "found ", chunks,
+                          " chunks per rank; only the interleaved schedule runs more than one (use "
+                          "--schedule interleaved, or 1 chunk)");
+  if (chunks < 2 && kind == ScheduleKind::Interleaved)
+    return detail::concat(what, "expected 2 or more chunks per rank (--chunks), found ", chunks,
+                          "; with one chunk the schedule is 1f1b: use --schedule 1f1b");
   if (kind == ScheduleKind::Interleaved && micro_batches % stages != 0) {
     const int below = micro_batches / stages * stages, above = below + stages;
-    throw Error(detail::concat(
-        what, "with ", chunks, " chunks the micro-batches go round the ranks in groups of p = ",
-        stages, ", so they must be a multiple of ", stages, "; found ", micro_batches, " (use ",
-        below > 0 ? std::to_string(below) : "", below > 0 ? " or " : "", above, ")"));
+    return detail::concat(what, "with ", chunks,
+                          " chunks the micro-batches go round the ranks in groups of p = ", stages,
+                          ", so they must be a multiple of ", stages, "; found ", micro_batches,
+                          " (use ", below > 0 ? std::to_string(below) : "", below > 0 ? " or " : "",
+                          above, ")");
   }
+  return "";
+}
+
+void check_schedule_shape(ScheduleKind kind, int stages, int micro_batches, int chunks) {
+  const std::string problem = schedule_shape_problem(kind, stages, micro_batches, chunks);
+  if (!problem.empty()) throw Error(problem);
 }
 
 namespace {
