@@ -60,6 +60,18 @@ inline io::RunConfig dp_run_config(int n, int b, int k, bool moe, DType dtype = 
   return c;
 }
 
+/// AdamW's eps for the float32 comparisons of chapters 07 and 08 (ZeRO's and expert
+/// parallelism's shards sum the same gradients in another grouping). eps bounds how much AdamW
+/// amplifies a difference in a gradient element: the update lr x m / (sqrt(v) + eps) moves by at
+/// most about lr x |dg| / eps for a change dg of the gradient. At the default 1e-8, a rounding
+/// difference of 1e-10 on an element whose gradient is nearly 0 moves that weight by up to
+/// lr / 100, which is 1e-5 of a tensor's scale at lr 1e-3 (on a Zen 3 CPU, ZeRO-2 at N = 2,
+/// k = 3 and ep = 2 left 1.3e-5 and 1.25e-5). At 1e-5, three orders of magnitude below this
+/// model's typical gradient element (about 3e-3 after clipping), AdamW is unchanged for every
+/// element that carries signal, and rounding moves no weight by more than about 1e-5 x lr.
+/// The float64 cases keep the default eps: their rounding is 1e-16, not 6e-8.
+inline constexpr double kFloat32TestAdamEps = 1e-5;
+
 inline void record_params(RunRecord& r, const nn::ParameterList& params) {
   for (const auto& p : params) r.params.emplace_back(p.name, p.tensor.to_vector());
 }
