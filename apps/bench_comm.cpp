@@ -1,9 +1,9 @@
 // `tinyscale bench comm`: the time of each collective per message size, with algbw and busbw as
-// nccl-tests defines them (THEORY.md sec. 3), beside single-thread memcpy bandwidth of the same
-// bytes measured in the same run; under MPI also the textbook ring all-reduce over MPI send/recv
-// against MPI's own all-reduce (chapter 04). The easy thing to get wrong: S is the full buffer
-// (the all-reduce buffer; the gathered buffer of all-gather and reduce-scatter), not one rank's
-// shard, and the time reported is the slowest rank's mean, not rank 0's.
+// nccl-tests defines them (docs/theory.md sec. 3), beside single-thread memcpy bandwidth of the
+// same bytes measured in the same run; under MPI also the textbook ring all-reduce over MPI
+// send/recv against MPI's own all-reduce (chapter 04). The easy thing to get wrong: S is the full
+// buffer (the all-reduce buffer; the gathered buffer of all-gather and reduce-scatter), not one
+// rank's shard, and the time reported is the slowest rank's mean, not rank 0's.
 #include "comm/algorithms.hpp"
 #include "comm/launch.hpp"
 #include "commands.hpp"
@@ -44,7 +44,7 @@ struct BenchCommOptions {
 const std::vector<std::string> kOps{"all_reduce", "reduce_scatter", "all_gather",
                                     "broadcast",  "all_to_all",     "send_recv"};
 
-/// busbw / algbw for `op` on `n` ranks (nccl-tests, doc/PERFORMANCE.md; THEORY.md sec. 3).
+/// busbw / algbw for `op` on `n` ranks (nccl-tests, doc/PERFORMANCE.md; docs/theory.md sec. 3).
 double bus_factor(const std::string& op, int n) {
   if (op == "all_reduce" || op == "ring_all_reduce" || op == "MPI_Allreduce")
     return 2.0 * (n - 1) / n;

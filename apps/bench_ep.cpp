@@ -1,10 +1,10 @@
 // `tinyscale bench ep`: one expert-parallel MoE layer measured on its own (chapter 08). For each ep
 // size and routing skew: the time of the dispatch, the experts, the combine and the two all-to-alls
-// of backward, the token bytes each rank sent (counted by the layer's EpLayerLoad) beside THEORY.md
-// sec. 3's all-to-all volume for balanced routing, and how unevenly the experts were loaded.
-// The easy thing to get wrong: skewed routing does not simply move more bytes. Tokens that go to
-// an expert on their own rank never leave it, and capacity drops the overflow, so a hot expert
-// shows up as imbalance (one rank computing while the others wait) more than as traffic.
+// of backward, the token bytes each rank sent (counted by the layer's EpLayerLoad) beside
+// docs/theory.md sec. 3's all-to-all volume for balanced routing, and how unevenly the experts were
+// loaded. The easy thing to get wrong: skewed routing does not simply move more bytes. Tokens that
+// go to an expert on their own rank never leave it, and capacity drops the overflow, so a hot
+// expert shows up as imbalance (one rank computing while the others wait) more than as traffic.
 #include "autograd/engine.hpp"
 #include "bench_ranks.hpp"
 #include "comm/launch.hpp"
@@ -63,8 +63,8 @@ Sizes sizes_of(const io::RunConfig& config) {
   return z;
 }
 
-/// THEORY.md sec. 3 for balanced routing: a rank keeps min(N k, E capacity) rows, dispatch sends
-/// (ep-1)/ep of them to other ranks, combine sends as many back, and backward repeats both.
+/// docs/theory.md sec. 3 for balanced routing: a rank keeps min(N k, E capacity) rows, dispatch
+/// sends (ep-1)/ep of them to other ranks, combine sends as many back, and backward repeats both.
 double balanced_bytes_formula(const Sizes& z, int ep) {
   const std::int64_t kept = std::min(z.tokens() * z.k, z.E * z.capacity());
   return 4.0 * static_cast<double>(kept * z.C * z.element_bytes) * (ep - 1) / ep;
@@ -317,7 +317,8 @@ void print_header(const std::string& command, const io::RunConfig& config,
       "to 1 and the router's last row to -s log(e + 1), so expert e's probability scales as "
       "(e + 1)^-s\n"
       "sent: token bytes a rank sent to other ranks in one step's four all-to-alls (EpLayerLoad); "
-      "balanced formula 4 x (ep-1)/ep x min(N k, E capacity) x C x %lld bytes (THEORY.md sec. 3)\n"
+      "balanced formula 4 x (ep-1)/ep x min(N k, E capacity) x C x %lld bytes (docs/theory.md sec. "
+      "3)\n"
       "imbalance: max / mean over experts of the rows they processed; dropped: over capacity\n\n",
       static_cast<long long>(z.element_bytes));
 }
@@ -373,8 +374,9 @@ void add_bench_ep(CLI::App& bench) {
   auto opt = std::make_shared<BenchEpOptions>();
   opt->config = "configs/moe-tiny.toml";
   auto* cmd = bench.add_subcommand(
-      "ep", "Expert parallelism: one MoE layer's dispatch, expert and combine times, all-to-all "
-            "bytes against THEORY.md's formula, and expert load, for balanced and skewed routing");
+      "ep",
+      "Expert parallelism: one MoE layer's dispatch, expert and combine times, all-to-all "
+      "bytes against docs/theory.md's formula, and expert load, for balanced and skewed routing");
   auto* ranks = add_ranked_bench_options(
       cmd, *opt, "TOML run config with model.moe (every rank routes one micro-batch)",
       "ep sizes of the threads backend (each must divide model.moe.n_experts); under mpirun the "

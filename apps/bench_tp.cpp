@@ -1,7 +1,7 @@
 // `tinyscale bench tp`: tensor parallelism measured (chapter 05). For each tp size, with and
 // without sequence parallelism: the step time, the bytes the transformer blocks' collectives moved
-// (counted by comm::CountingCommunicator) beside THEORY.md sec. 4's formula, and the activation
-// memory of one micro-batch per rank, measured by counting the CPU backend's allocations
+// (counted by comm::CountingCommunicator) beside docs/theory.md sec. 4's formula, and the
+// activation memory of one micro-batch per rank, measured by counting the CPU backend's allocations
 // (metrics/memory.hpp), beside Korthikanti's predicted ratio.
 // The easy thing to get wrong: sequence parallelism moves twice the payload of plain TP (two
 // all-gathers and two reduce-scatters of full buffers where TP had two all-reduces, each way) yet
@@ -75,14 +75,14 @@ bool dense(const io::RunConfig& config) {
   return true;
 }
 
-/// THEORY.md sec. 4, as CountingCommunicator counts payload: plain TP all-reduces a [b, s, h]
+/// docs/theory.md sec. 4, as CountingCommunicator counts payload: plain TP all-reduces a [b, s, h]
 /// buffer twice forward and twice backward; SP all-gathers and reduce-scatters it twice each way.
 std::int64_t payload_formula(const Sizes& z, bool sp) {
   return (sp ? 8 : 4) * z.b * z.s * z.h * z.element_bytes * z.micro_batches;
 }
 
 /// Wire bytes per layer, per step and rank, with or without SP: 8·b·s·h·(t-1)/t elements per
-/// micro-batch (THEORY.md sec. 4), times the element size and the micro-batches.
+/// micro-batch (docs/theory.md sec. 4), times the element size and the micro-batches.
 double wire_formula(const Sizes& z, int t) {
   return 8.0 * static_cast<double>(z.b * z.s * z.h * z.element_bytes * z.micro_batches) * (t - 1) /
          t;
@@ -341,7 +341,7 @@ void run_bench_tp(const BenchTpOptions& opt) {
 void add_bench_tp(CLI::App& bench) {
   auto opt = std::make_shared<BenchTpOptions>();
   auto* cmd = bench.add_subcommand(
-      "tp", "Tensor parallelism: step time, block traffic against THEORY.md's formula and "
+      "tp", "Tensor parallelism: step time, block traffic against docs/theory.md's formula and "
             "measured activation memory, with and without sequence parallelism");
   auto* ranks = add_ranked_bench_options(
       cmd, *opt, "TOML run config (every tp rank runs the whole batch)",

@@ -1,12 +1,12 @@
 // `tinyscale bench zero`: ZeRO measured (chapter 07). For each dp size and stage: the bytes one
 // rank holds for parameters, gradients and optimizer state beside Rajbhandari et al.'s formulas
-// (fp32 on the CPU: 4 + 4 + 8 bytes per parameter; THEORY.md sec. 5), the peak of activations and
-// of gathered parameters, the bytes sent per step beside the formula, and the step time.
-// Stages 1-3 count memory with the allocator (zero::ZeroMemory); stage 0 is chapter 04's plain
-// data parallelism, whose rows give the bytes of the tensors it holds (parameters, gradients,
-// AdamW moments) and the all-reduce it runs.
-// The easy thing to get wrong: reading step time as the point. ZeRO trades memory for traffic and
-// latency; on one CPU its time mostly shows the extra collectives, not what a GPU cluster sees.
+// (fp32 on the CPU: 4 + 4 + 8 bytes per parameter; docs/theory.md sec. 5), the peak of activations
+// and of gathered parameters, the bytes sent per step beside the formula, and the step time. Stages
+// 1-3 count memory with the allocator (zero::ZeroMemory); stage 0 is chapter 04's plain data
+// parallelism, whose rows give the bytes of the tensors it holds (parameters, gradients, AdamW
+// moments) and the all-reduce it runs. The easy thing to get wrong: reading step time as the point.
+// ZeRO trades memory for traffic and latency; on one CPU its time mostly shows the extra
+// collectives, not what a GPU cluster sees.
 #include "bench_ranks.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"

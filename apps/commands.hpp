@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 namespace tinyscale::app {
 
 /// Adds `bench ops`: matmul forward+backward through the tensor layer against raw Eigen GEMM.
@@ -13,6 +15,10 @@ void add_bench_comm(CLI::App& bench);
 void add_bench_peak(CLI::App& bench);
 /// Adds `info`: what this build contains and which devices it sees.
 void add_info(CLI::App& app);
+/// "tinyscale 0.1.0": the first line of `--version` and of `info`.
+std::string version_line();
+/// What `tinyscale --version` prints: version, git commit, build type, CUDA, NCCL and MPI.
+std::string version_text();
 
 /// Adds `bench train`: training tokens/s and CPU MFU of one config.
 void add_bench_train(CLI::App& bench);

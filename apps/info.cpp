@@ -23,8 +23,7 @@ std::string auto_backend() {
 void add_info(CLI::App& app) {
   auto* info = app.add_subcommand("info", "Print what this build contains and the devices it sees");
   info->callback([] {
-    std::cout << "tinyscale "
-              << "0.1.0\n"
+    std::cout << version_line() << "\n"
               << "  CPU backend: Eigen " << EIGEN_WORLD_VERSION << "." << EIGEN_MAJOR_VERSION << "."
               << EIGEN_MINOR_VERSION << ", one thread per rank\n"
               << "  CUDA kernels compiled: " << (cuda_compiled() ? "yes" : "no") << "\n"
@@ -35,7 +34,7 @@ void add_info(CLI::App& app) {
               << " (backend auto = " << auto_backend() << ")\n";
     auto devices = cuda_devices();
     if (devices.empty())
-      std::cout << "  CUDA devices: none (" << cuda_unavailable_reason() << ")\n";
+      std::cout << "  CUDA devices: none: no GPU visible (" << cuda_unavailable_reason() << ")\n";
     for (const auto& d : devices)
       std::cout << "  cuda:" << d.index << " " << d.name << ", "
                 << d.memory_bytes / (1024.0 * 1024 * 1024) << " GiB, sm_" << d.compute_major

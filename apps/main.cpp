@@ -6,6 +6,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"tinyscale: distributed LLM training from scratch, in C++"};
+  app.set_version_flag("--version", tinyscale::app::version_text(),
+                       "Print the version, git commit, build type and what the build compiled in");
   app.require_subcommand(1);
   auto* bench = app.add_subcommand("bench", "Benchmarks that print a table (see README)");
   bench->require_subcommand(1);

@@ -1,5 +1,5 @@
 // `tinyscale schedule`: a pipeline schedule generated, validated and simulated (chapter 06), with
-// no model and no ranks: per schedule, the makespan, each rank's bubble beside THEORY.md's
+// no model and no ranks: per schedule, the makespan, each rank's bubble beside docs/theory.md's
 // formula, the peak of micro-batches in flight, and (--timeline) the timeline drawn as text.
 // --costs prices F, B and W per virtual stage, so a reader can ask what ZB-H1 gains when W is
 // cheap.
@@ -148,7 +148,7 @@ void add_schedule(CLI::App& app) {
   auto opt = std::make_shared<ScheduleOptions>();
   auto* cmd = app.add_subcommand(
       "schedule", "Generate, validate and simulate a pipeline schedule (chapter 06): makespan, "
-                  "bubble per rank beside THEORY.md, peak activations, the timeline");
+                  "bubble per rank beside docs/theory.md, peak activations, the timeline");
   cmd->footer("Example:\n  tinyscale schedule --pp 4 --micro-batches 8 --timeline\n"
               "The executor runs the same schedules: tinyscale train --pp N --schedule S.");
   cmd->add_option("--schedule", opt->schedule, "gpipe, 1f1b, interleaved, zb-h1 or all")

@@ -254,14 +254,18 @@ void add_train(CLI::App& app) {
       "Train a GPT-2 (or MoE) model on one CPU rank, data parallel (--dp N, mpirun), "
       "tensor parallel (--tp N [--sp]), pipelined (--pp N), expert parallel (--ep N), with "
       "ZeRO (--zero 1|2|3), or any combination of them on one mesh (chapter 10)");
-  cmd->add_option("--config", opt->config, "TOML run config, e.g. configs/tiny.toml");
+  cmd->add_option("--config", opt->config,
+                  "TOML run config, e.g. configs/tiny.toml (required, except with --list-keys)")
+      ->option_text("FILE");
   cmd->add_option("--set", opt->overrides,
                   "Override a config key: --set model.n_layer=4 (repeatable)");
   cmd->add_option("--metrics", opt->metrics_path,
                   "Write one JSON line per step and a final summary line to FILE");
   auto* resume = cmd->add_option("--resume", opt->resume,
-                                 "Resume from a checkpoint directory (default: the latest under "
-                                 "train.checkpoint_dir)");
+                                 "Resume from DIR: one checkpoint (DIR/step_00000040) or a "
+                                 "checkpoint folder, whose `latest` names the newest; --resume "
+                                 "alone resumes from train.checkpoint_dir");
+  resume->option_text("[DIR]");
   resume->expected(0, 1);
   cmd->add_option("--peak-gflops", opt->peak_gflops,
                   "Peak GF/s of this device for MFU (default: the cached `tinyscale bench peak`)");
@@ -319,7 +323,8 @@ void add_train(CLI::App& app) {
                   "the same number of blocks per stage, give or take one)");
   cmd->add_option("--order", opt->plan.order,
                   "Rank order of a composed run (chapter 10), innermost first: the first axis "
-                  "varies fastest across ranks")
+                  "varies fastest across ranks (cp, context parallelism, is not implemented: its "
+                  "size is always 1)")
       ->capture_default_str();
   cmd->add_option("--topology", opt->plan.topology,
                   "With a composed run: print the placement report of its mesh on this topology "
@@ -327,8 +332,8 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--no-prefetch", opt->no_prefetch,
                 "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,
-                  "Where the ranks (--dp, --tp, --ep) run: auto (mpi under mpirun, else threads), "
-                  "threads, mpi")
+                  "Where the ranks run: auto (mpi under mpirun, else threads), threads, mpi "
+                  "(nccl is not selectable yet)")
       ->capture_default_str();
   cmd->add_option("--bucket-kb", opt->bucket_kb,
                   "Gradient bucket size in KiB (1 KiB or less: about one bucket per parameter)")

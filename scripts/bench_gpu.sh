@@ -233,7 +233,7 @@ report = "\n".join([
     f"- CUDA: {os.environ['BENCH_CUDA']}; PyTorch {torch_run.get('torch', '?')} "
     f"(CUDA {torch_run.get('cuda', '?')})",
     f"- tests labelled cuda: {os.environ['BENCH_TESTS']}",
-    f"- MFU: {flops:.4g} model FLOPs per token (6N + 12·l·C·s, THEORY.md sec. 2) against the "
+    f"- MFU: {flops:.4g} model FLOPs per token (6N + 12·l·C·s, docs/theory.md sec. 2) against the "
     f"dense bf16 peak of lib/metrics/peak.cpp's table ({'; '.join(peaks) or 'unknown'})"
     if flops else "- MFU: no run finished",
     f"- run as: `{os.environ['BENCH_INVOCATION']}`, which ran (from the repository root):",

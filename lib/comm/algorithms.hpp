@@ -1,7 +1,7 @@
 // The textbook collective algorithms, built only from point-to-point messages (chapters 04, 09).
 // The threads backend runs its collectives through these; the mpi backend can run them too, so
 // `tinyscale bench comm` measures the ring all-reduce against MPI_Allreduce. Each function's
-// comment gives its alpha-beta cost (THEORY.md sec. 3: N ranks, M bytes per rank).
+// comment gives its alpha-beta cost (docs/theory.md sec. 3: N ranks, M bytes per rank).
 // The easy thing to get wrong: counts need not divide by N; chunk_begin() splits any count into
 // N nearly equal chunks (some may be empty), and every rank must compute the same split.
 #pragma once

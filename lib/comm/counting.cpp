@@ -25,7 +25,7 @@ CommCount CountingCommunicator::total(const std::string& region_filter) const {
 }
 
 namespace {
-// The ring's share of a full buffer that each rank sends (THEORY.md sec. 3).
+// The ring's share of a full buffer that each rank sends (docs/theory.md sec. 3).
 double ring(int n) { return n > 1 ? static_cast<double>(n - 1) / n : 0.0; }
 } // namespace
 

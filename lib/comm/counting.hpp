@@ -1,10 +1,11 @@
 // CountingCommunicator (chapter 05): a Communicator that forwards every call to another one and
 // counts what each collective moved, per region ("block", "embedding", ...) and per operation.
-// `tinyscale bench tp` prints these counts beside THEORY.md's formulas; later chapters (pipeline,
-// ZeRO, experts) count their traffic the same way. The easy thing to get wrong: the bytes a rank
-// puts on the wire are not the buffer's bytes. A ring all-reduce of M bytes sends 2(N-1)/N M per
-// rank, a reduce-scatter or all-gather of a full buffer of M bytes (N-1)/N M (THEORY.md sec. 3);
-// both figures are kept, the buffer bytes as `payload_bytes` and the ring's as `wire_bytes`.
+// `tinyscale bench tp` prints these counts beside docs/theory.md's formulas; later chapters
+// (pipeline, ZeRO, experts) count their traffic the same way. The easy thing to get wrong: the
+// bytes a rank puts on the wire are not the buffer's bytes. A ring all-reduce of M bytes sends
+// 2(N-1)/N M per rank, a reduce-scatter or all-gather of a full buffer of M bytes (N-1)/N M
+// (docs/theory.md sec. 3); both figures are kept, the buffer bytes as `payload_bytes` and the
+// ring's as `wire_bytes`.
 #pragma once
 
 #include "comm/communicator.hpp"
@@ -24,7 +25,7 @@ struct CommCount {
   std::int64_t payload_bytes = 0;
   /// Bytes this rank sends under the textbook algorithm: ring all-reduce 2(N-1)/N x payload,
   /// ring reduce-scatter, all-gather and pairwise all-to-all (N-1)/N x payload, broadcast and p2p
-  /// 1 x payload (THEORY.md sec. 3). A model of the wire, not a packet count.
+  /// 1 x payload (docs/theory.md sec. 3). A model of the wire, not a packet count.
   double wire_bytes = 0;
 };
 

@@ -175,11 +175,12 @@ std::string format_placement(const PlacementReport& report, const Topology& topo
   out += table(rows);
   if (!single.empty())
     out += "\nnot shown (one rank per group, no communication): " + single + "\n";
-  out += "\nlinks crossed: the outermost link of each group (a count per link when the groups "
-         "differ).\nslowest link: the slowest link on the slowest group's ring, per device and "
-         "direction.\nring all-reduce: 2(N-1) alpha + 2(N-1)/N M/B (THEORY.md sec. 3), N ranks, "
-         "M bytes per rank,\nalpha and B of the slowest link: a flat ring; hierarchical "
-         "algorithms do better across levels.\n";
+  out +=
+      "\nlinks crossed: the outermost link of each group (a count per link when the groups "
+      "differ).\nslowest link: the slowest link on the slowest group's ring, per device and "
+      "direction.\nring all-reduce: 2(N-1) alpha + 2(N-1)/N M/B (docs/theory.md sec. 3), N ranks, "
+      "M bytes per rank,\nalpha and B of the slowest link: a flat ring; hierarchical "
+      "algorithms do better across levels.\n";
   return out;
 }
 

@@ -1,6 +1,6 @@
 // Placement report (chapter 09): ranks go on devices in order (rank r on device r), and for every
 // group kind of a mesh the report says which links its groups cross, the slowest link they use,
-// and what a ring all-reduce costs there in the alpha-beta model (THEORY.md sec. 3).
+// and what a ring all-reduce costs there in the alpha-beta model (docs/theory.md sec. 3).
 // The easy thing to get wrong: a group is as slow as its slowest link. Eight ranks with one
 // InfiniBand hop between them run their ring at InfiniBand speed, however fast the other hops are.
 #pragma once
@@ -36,7 +36,7 @@ struct PlacementReport {
 };
 
 /// Seconds of a ring all-reduce of `bytes` per rank over `ranks` ranks:
-/// 2(N-1) alpha + 2(N-1)/N M / B (THEORY.md sec. 3); 0 for one rank.
+/// 2(N-1) alpha + 2(N-1)/N M / B (docs/theory.md sec. 3); 0 for one rank.
 double ring_all_reduce_seconds(int ranks, double bytes, double bandwidth_gb_s, double latency_us);
 
 /// Places `layout` on `topology` (rank r on device r) and reports every kind in `kinds`; a mesh

@@ -24,7 +24,7 @@ ModelFlops model_flops(const nn::ModelConfig& cfg, std::int64_t seq_len) {
   const double s = static_cast<double>(seq_len);
   const double l = static_cast<double>(cfg.n_layer);
   // Count N (parameters that take part in a matmul, per token: only the top_k experts of a MoE
-  // layer work on a token) and the attention term; THEORY.md sec. 2 has the formula.
+  // layer work on a token) and the attention term; docs/theory.md sec. 2 has the formula.
   ModelFlops f;
   // EXERCISE 2.3 begin: model FLOPs per token (PaLM's 6N + 12 l C s)
   double n = 0;

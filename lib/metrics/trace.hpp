@@ -113,7 +113,7 @@ void write_chrome_trace(const std::string& path, const std::vector<TraceEvent>& 
 /// naming the path and what is wrong when it is not such a file.
 std::vector<TraceEvent> read_chrome_trace(const std::string& path);
 
-/// Communication hidden behind computation (THEORY.md has no formula; this is the definition).
+/// Communication hidden behind computation (docs/theory.md has no formula; this is the definition).
 struct Overlap {
   double comm_us = 0;   ///< total time of "comm" stream events, summed over ranks
   double hidden_us = 0; ///< the part of it during which the same rank had a "compute" event

@@ -1,5 +1,5 @@
 // The mixture-of-experts router (chapter 03): a linear map to E logits per token, softmax, top-k
-// choice, gates, a capacity per expert, and the two auxiliary losses. Formulas from THEORY.md
+// choice, gates, a capacity per expert, and the two auxiliary losses. Formulas from docs/theory.md
 // sec. 6. The thing easy to get wrong: the choice (top-k, capacity) is discrete and carries no
 // gradient; gradients reach the router only through the gate values and the auxiliary losses.
 #pragma once

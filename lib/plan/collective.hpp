@@ -1,5 +1,5 @@
-// The alpha-beta price of one collective on one link (chapter 09; THEORY.md sec. 3): what every
-// communication term of the planner is built from. A group is priced at its slowest link, the
+// The alpha-beta price of one collective on one link (chapter 09; docs/theory.md sec. 3): what
+// every communication term of the planner is built from. A group is priced at its slowest link, the
 // one the placement report finds (mesh/placement.hpp). The easy thing to get wrong: M is the
 // bytes each rank holds (its whole buffer), and the bandwidth is per device and per direction.
 #pragma once

@@ -1,6 +1,6 @@
-// The planner's device table (chapter 09). Peaks are THEORY.md sec. 2's dense bf16 figures. The
-// sustained rates are derived below from published measurements, one per device, never fitted to
-// the results the planner is checked against (chapter 09, section "Does it predict?").
+// The planner's device table (chapter 09). Peaks are docs/theory.md sec. 2's dense bf16 figures.
+// The sustained rates are derived below from published measurements, one per device, never fitted
+// to the results the planner is checked against (chapter 09, section "Does it predict?").
 #include "plan/device.hpp"
 
 #include "core/error.hpp"
@@ -30,11 +30,13 @@ std::vector<Device> devices() {
   const double a100 = a100_layer_rate();
   return {
       Device{"a100", 312e12, a100, 80e9, "bf16",
-             "peak: THEORY.md sec. 2 (A100 bf16 dense 312 TF/s); sustained: one transformer layer "
+             "peak: docs/theory.md sec. 2 (A100 bf16 dense 312 TF/s); sustained: one transformer "
+             "layer "
              "measured on A100s (Korthikanti et al. 2022, Table 4), its forward all-reduces taken "
              "out (plan/device.cpp); 80 GB: Selene's A100s (Narayanan et al. 2021, sec. 5)"},
       Device{"h100", 989e12, a100 / a100_mamf * h100_mamf, 80e9, "bf16",
-             "peak: THEORY.md sec. 2 (H100 SXM bf16 dense 989 TF/s); sustained: ASSUMED to be the "
+             "peak: docs/theory.md sec. 2 (H100 SXM bf16 dense 989 TF/s); sustained: ASSUMED to be "
+             "the "
              "A100 layer's fraction of its best GEMM (a100 sustained / 271.2) times H100's best "
              "GEMM, 794.5 TF/s (MAMF, Bekman, ml-engineering); 80 GB HBM3"},
   };

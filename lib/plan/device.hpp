@@ -1,8 +1,8 @@
-// The devices the planner knows (chapter 09): dense peak FLOP/s (the MFU denominator, THEORY.md
-// sec. 2), the sustained matmul rate the cost model charges compute at, and the memory size.
-// The easy thing to get wrong: the sustained rate is not the peak. No real training reaches the
-// datasheet figure; the table says where each sustained rate comes from, and `plan --kernel-tflops`
-// replaces it with a rate you measured.
+// The devices the planner knows (chapter 09): dense peak FLOP/s (the MFU denominator,
+// docs/theory.md sec. 2), the sustained matmul rate the cost model charges compute at, and the
+// memory size. The easy thing to get wrong: the sustained rate is not the peak. No real training
+// reaches the datasheet figure; the table says where each sustained rate comes from, and `plan
+// --kernel-tflops` replaces it with a rate you measured.
 #pragma once
 
 #include <string>

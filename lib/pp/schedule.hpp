@@ -54,7 +54,7 @@ struct Schedule {
   int micro_batches = 1;       ///< m
   int chunks = 1;              ///< v: model chunks per rank (virtual stages = p v)
   bool split_backward = false; ///< B and W are separate actions (zero-bubble schedules)
-  /// The auxiliary loss's statistic spans the whole batch (a batch-global f_i, THEORY.md
+  /// The auxiliary loss's statistic spans the whole batch (a batch-global f_i, docs/theory.md
   /// sec. 7): a stage's backward then needs every micro-batch's forward on that stage first,
   /// which only all-forward-all-backward (GPipe) satisfies. The validator enforces it.
   bool global_aux = false;

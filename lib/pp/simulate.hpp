@@ -2,7 +2,7 @@
 // bubble (idle time over the makespan, per rank) and the peak of micro-batches in flight.
 // Each rank runs its actions in order; a send costs its rank nothing and arrives p2p seconds
 // later; a receive waits for it. The easy thing to get wrong: the bubble is idle over the whole
-// step's makespan (THEORY.md sec. 1, "over total time"), not over the rank's own busy time.
+// step's makespan (docs/theory.md sec. 1, "over total time"), not over the rank's own busy time.
 #pragma once
 
 #include "pp/schedule.hpp"
@@ -58,7 +58,7 @@ struct Simulation {
 Simulation simulate(const Schedule& schedule, const Costs& costs = {},
                     bool record_timeline = false);
 
-/// THEORY.md sec. 1 with unit costs (F = B = W = 1 per virtual stage): the bubble over total
+/// docs/theory.md sec. 1 with unit costs (F = B = W = 1 per virtual stage): the bubble over total
 /// time of `kind` for p stages, m micro-batches and v chunks: (p-1)(F+B+W)/v per rank for GPipe,
 /// 1F1B and interleaved, (p-1)(F+B-W) for ZB-H1, divided by the makespan.
 double bubble_formula(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);

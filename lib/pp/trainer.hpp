@@ -77,7 +77,7 @@ struct BubbleReport {
   std::vector<double> simulated; ///< per rank: the simulator's, each stage costing its rank's
                                  ///< measured mean F, B and W
   double formula =
-      0; ///< THEORY.md sec. 1 with unit costs (pp/simulate.hpp); NaN: none (ZB-H1, m < p)
+      0; ///< docs/theory.md sec. 1 with unit costs (pp/simulate.hpp); NaN: none (ZB-H1, m < p)
   double makespan = 0;           ///< seconds from the first action's start to the last's end
   double simulated_makespan = 0; ///< the simulator's, with the measured mean costs
   StageCosts mean_costs;         ///< the measured mean F, B and W over every stage

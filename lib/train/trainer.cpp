@@ -143,7 +143,7 @@ StepResult Trainer::train_step() {
     // dividing by their number gives the mean over the whole batch: the one-batch loss, exactly
     // for a dense model. A MoE layer routes per micro-batch (its capacity counts the micro-batch's
     // tokens, and the Switch loss is a product of per-micro-batch means), the per-micro-batch
-    // convention THEORY.md sec. 7 uses, so there it is the mean of per-micro-batch losses.
+    // convention docs/theory.md sec. 7 uses, so there it is the mean of per-micro-batch losses.
     backward(out.loss / static_cast<double>(micro));
     add_micro_batch(r, out, 1.0 / static_cast<double>(micro));
   }

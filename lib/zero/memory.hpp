@@ -1,9 +1,9 @@
 // ZeRO's memory and traffic accounting (chapter 07; Rajbhandari et al. 2020, Fig. 1 and sec. 7;
-// THEORY.md sec. 5): what one rank holds of the training state at each stage, and what it moves
-// per step, as formulas to print beside the allocator's and the communicator's counts.
-// The easy thing to get wrong: the constants. The paper's 2 + 2 + 12 bytes per parameter are
-// mixed precision (bf16 weights and gradients, fp32 master weights and Adam moments); a CPU run in
-// fp32 holds 4 + 4 + 8 (no separate master copy), so its stage-1 saving is smaller.
+// docs/theory.md sec. 5): what one rank holds of the training state at each stage, and what it
+// moves per step, as formulas to print beside the allocator's and the communicator's counts. The
+// easy thing to get wrong: the constants. The paper's 2 + 2 + 12 bytes per parameter are mixed
+// precision (bf16 weights and gradients, fp32 master weights and Adam moments); a CPU run in fp32
+// holds 4 + 4 + 8 (no separate master copy), so its stage-1 saving is smaller.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ struct StateBytes {
 StateBytes state_bytes_formula(int stage, double psi, int ranks,
                                StateBytesPerParameter bytes = kFp32);
 
-/// Elements one rank sends per step under the ring model (THEORY.md sec. 3), as multiples of
+/// Elements one rank sends per step under the ring model (docs/theory.md sec. 3), as multiples of
 /// psi: (N-1)/N x (2 for stages 0-2: a reduce-scatter and an all-gather, or one all-reduce;
 /// 3 for stage 3: the parameters gathered for the forward and again for the backward, and the
 /// gradients reduce-scattered). With k micro-batches, stage 2 reduce-scatters every micro-batch

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end check of `tinyscale bench tp` (label app) on a shrunken tiny model: the table has the
 # rows tp = 1 and tp = 2 with sequence parallelism off and on; in the JSON the measured block
-# traffic equals THEORY.md's formula exactly (payload and wire bytes), activation memory was
+# traffic equals docs/theory.md's formula exactly (payload and wire bytes), activation memory was
 # measured, and sequence parallelism holds fewer activation bytes per rank than plain TP.
 # Step times are not checked: one step on a shared CPU is noise. Usage: bench_tp.sh TINYSCALE SRC
 set -euo pipefail

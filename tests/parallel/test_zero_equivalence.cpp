@@ -1,7 +1,7 @@
 // Chapter 07's proof on the threads backend: ZeRO stages 1, 2 and 3 at dp = 2 and 4, dense and
 // MoE, with gradient accumulation and uneven shards, equal one rank (tests/zero_equivalence.hpp);
 // the comparison notices a unit whose gradients are never reduce-scattered; memory held and
-// bytes moved per rank match Rajbhandari et al.'s accounting (THEORY.md sec. 5); checkpoints
+// bytes moved per rank match Rajbhandari et al.'s accounting (docs/theory.md sec. 5); checkpoints
 // move between stages and dp sizes.
 #include "rank_checks.hpp"
 #include "scratch_dir.hpp"

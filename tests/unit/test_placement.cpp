@@ -1,6 +1,7 @@
 // Chapter 09, the placement report: cases worked by hand on the 8-GPU-node and NVL72 topologies.
 // tp=8 stays inside a node on NVLink, dp and pp cross InfiniBand, a group is as slow as its
-// slowest link, and the all-reduce time is THEORY.md sec. 3's formula with that link's figures.
+// slowest link, and the all-reduce time is docs/theory.md sec. 3's formula with that link's
+// figures.
 #include "mesh/placement.hpp"
 #include "require_ts_error.hpp"
 

@@ -33,7 +33,8 @@ Cluster cluster_of(const std::string& file, const std::string& device) {
 }
 } // namespace
 
-TEST_CASE("collective costs are THEORY.md sec. 3's alpha-beta formulas", "[unit][plan][ex9.1]") {
+TEST_CASE("collective costs are the alpha-beta formulas of docs/theory.md sec. 3",
+          "[unit][plan][ex9.1]") {
   const Link link{"test", 100, 10}; // 100 GB/s, 10 us
   // All-reduce, N = 8, M = 1e9: 2 * 7 * 10 us + 2 * 7/8 * 1e9 B / 1e11 B/s = 140 us + 17.5 ms.
   CHECK(collective_seconds(Collective::AllReduce, 8, 1e9, link) == Approx(0.01764));

@@ -1,5 +1,5 @@
 // Chapter 06's schedules as data: every generated schedule validates, its simulated bubble with
-// unit costs equals THEORY.md sec. 1 exactly, its peak of micro-batches in flight is the
+// unit costs equals docs/theory.md sec. 1 exactly, its peak of micro-batches in flight is the
 // table's, and the validator names what is wrong with a broken one.
 #include "pp/partition.hpp"
 #include "pp/schedule.hpp"

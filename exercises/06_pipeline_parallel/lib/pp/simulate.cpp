@@ -151,7 +151,7 @@ private:
         if (!(d & kForward)) order_error(r, "its forward");
         if (s_.global_aux && forwards_[static_cast<std::size_t>(v)] < m_)
           order_error(r, "every micro-batch's forward on its stage (the batch-global auxiliary "
-                         "loss couples them, THEORY.md sec. 7: only all-forward-all-backward, "
+                         "loss couples them, docs/theory.md sec. 7: only all-forward-all-backward, "
                          "gpipe, can run it)");
         if (v < last_) {
           const bool local = s_.rank_of(v + 1) == r;

@@ -1,4 +1,4 @@
-// Collective costs in the alpha-beta model (chapter 09; THEORY.md sec. 3). Exercise 9.1.
+// Collective costs in the alpha-beta model (chapter 09; docs/theory.md sec. 3). Exercise 9.1.
 #include "plan/collective.hpp"
 
 #include "core/error.hpp"
