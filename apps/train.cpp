@@ -10,6 +10,7 @@
 #include "comm/launch.hpp"
 #include "commands.hpp"
 #include "fourd/run.hpp"
+#include "io/checkpoint.hpp"
 #include "io/config.hpp"
 #include "mesh/plan.hpp"
 #include "metrics/mfu.hpp"
@@ -35,6 +36,7 @@ struct TrainOptions {
   std::string metrics_path;
   std::string resume;
   bool resume_latest = false;
+  bool auto_resume = false;
   double peak_gflops = 0;
   bool list_keys = false;
   mesh::ParallelPlan plan; // --dp, --tp, --pp, --ep, --zero and their options
@@ -85,15 +87,36 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
     const std::string layout = trainer.describe();
     if (!layout.empty()) std::printf("%s\n", layout.c_str());
   }
-  const bool resuming = opt.resume_latest || !opt.resume.empty();
+  const std::string from = opt.resume.empty() ? t.checkpoint_dir : opt.resume;
+  bool resuming = opt.resume_latest || !opt.resume.empty();
+  if (opt.auto_resume) { // the same command starts a run and resumes it, whichever is due
+    resuming = io::holds_checkpoint(from);
+    if (root && !resuming)
+      std::printf("auto-resume: no checkpoint in %s yet, so this run starts at step 0\n",
+                  from.c_str());
+  }
+  if (root && t.checkpoint_every > 0) {
+    std::printf("checkpoints: every %lld steps into %s", static_cast<long long>(t.checkpoint_every),
+                t.checkpoint_dir.c_str());
+    if (t.checkpoint_keep_last > 0)
+      std::printf(
+          ", keeping the newest %lld%s", static_cast<long long>(t.checkpoint_keep_last),
+          t.checkpoint_keep_every > 0
+              ? (" and every step divisible by " + std::to_string(t.checkpoint_keep_every)).c_str()
+              : "");
+    std::printf("; if this run stops, run the same command with --auto-resume (or --resume %s) "
+                "to continue from the newest\n",
+                t.checkpoint_dir.c_str());
+  }
+  std::int64_t start_step = 0; // the checkpoint's step when resuming
   if (resuming) {
-    const std::string from = opt.resume.empty() ? config.train.checkpoint_dir : opt.resume;
     trainer.resume(from);
     if (root)
       std::printf("resumed from %s at step %lld\n", from.c_str(),
                   static_cast<long long>(trainer.step()));
     TS_CHECK(trainer.step() <= t.steps, "train: the checkpoint is at step ", trainer.step(),
              ", past train.steps = ", t.steps, "; resume with the config it was written with");
+    start_step = trainer.step();
     if (trainer.step() == t.steps) {
       if (root)
         std::printf("nothing to do: the checkpoint is at train.steps = %lld\n",
@@ -191,8 +214,14 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
   if (interactive) progress.finish("done");
   const double tokens_per_s =
       timed_tokens > 0 ? static_cast<double>(timed_tokens) / total_seconds : 0;
-  std::printf("done: %lld steps in %.1f s | %.0f tok/s | %s\n",
-              static_cast<long long>(trainer.step()), total_seconds, tokens_per_s,
+  const std::int64_t ran = trainer.step() - start_step;
+  std::string steps = std::to_string(ran) + (ran == 1 ? " step" : " steps");
+  if (start_step > 0)
+    steps += " (" +
+             (ran == 1 ? "step " + std::to_string(trainer.step())
+                       : std::to_string(start_step + 1) + " to " + std::to_string(trainer.step())) +
+             ", resumed at step " + std::to_string(start_step) + ")";
+  std::printf("done: %s in %.1f s | %.0f tok/s | %s\n", steps.c_str(), total_seconds, tokens_per_s,
               metrics::format_mfu(flops, tokens_per_s, peak, ranks).c_str());
   if (evaluated) std::printf("final %s\n", val_line(val_loss, entropy).c_str());
   if (metrics) {
@@ -200,6 +229,7 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
     nlohmann::json summary = {
         {"summary", true},
         {"steps", trainer.step()},
+        {"steps_run", ran},
         {"ranks", ranks},
         {"seconds", total_seconds},
         {"tokens_per_s", tokens_per_s},
@@ -269,6 +299,11 @@ void add_train(CLI::App& app) {
   resume->expected(0, 1);
   cmd->add_option("--peak-gflops", opt->peak_gflops,
                   "Peak GF/s of this device for MFU (default: the cached `tinyscale bench peak`)");
+  cmd->add_flag(
+      "--auto-resume", opt->auto_resume,
+      "Resume when the checkpoint folder (--resume DIR, else train.checkpoint_dir) holds a "
+      "checkpoint, start at step 0 when it holds none, and say which: one command for "
+      "the first start and every restart (a requeued job, a restart loop)");
   cmd->add_flag("--list-keys", opt->list_keys, "List every config key with its default and exit");
   cmd->add_option("--dp", opt->plan.dp,
                   "Data-parallel ranks (chapter 04): N threads, or under mpirun the world size "

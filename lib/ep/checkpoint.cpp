@@ -103,7 +103,7 @@ std::string EpTrainer::save_checkpoint() const {
   c.state = {{"train_seed", config_.train.seed}, {"data_seed", config_.data.seed}};
   const bool writer = dp_->rank() == 0;
   std::string dir;
-  if (writer) dir = io::write_checkpoint(config_.train.checkpoint_dir, c);
+  if (writer) dir = trainer_->write_checkpoint(c);
   dp_->barrier(); // nobody reads the checkpoint before it is complete
   return writer ? dir : config_.train.checkpoint_dir + "/" + io::checkpoint_dir_name(step());
 }

@@ -5,7 +5,9 @@
 #include "io/checkpoint_manifest.hpp"
 #include "io/file.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -155,6 +157,7 @@ const char* save_stage_name(SaveStage stage) {
   case SaveStage::ManifestWritten: return "manifest written";
   case SaveStage::Renamed: return "renamed into place";
   case SaveStage::LatestUpdated: return "latest updated";
+  case SaveStage::Pruned: return "older checkpoints pruned";
   }
   return "unknown";
 }
@@ -200,8 +203,109 @@ std::string write_checkpoint(const std::string& root_dir, const Checkpoint& chec
   return final_dir.string();
 }
 
+std::string write_checkpoint(const std::string& root_dir, const Checkpoint& checkpoint,
+                             const Retention& retention, const SaveHook& hook) {
+  const std::string dir = write_checkpoint(root_dir, checkpoint, hook);
+  prune_checkpoints(root_dir, retention);
+  if (hook) hook(SaveStage::Pruned);
+  return dir;
+}
+
+std::vector<std::int64_t> checkpoint_steps(const std::string& root_dir) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != 13 || name.rfind("step_", 0) != 0 || !entry.is_directory(ec)) continue;
+    if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+    steps.push_back(std::stoll(name.substr(5)));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::vector<std::int64_t> prune_checkpoints(const std::string& root_dir,
+                                            const Retention& retention) {
+  TS_CHECK(retention.keep_last >= 0 && retention.keep_every >= 0,
+           "prune_checkpoints: expected keep_last >= 0 and keep_every >= 0 (0 = keep all), found ",
+           retention.keep_last, " and ", retention.keep_every);
+  std::vector<std::int64_t> removed;
+  if (retention.keep_last == 0) return removed;
+  const fs::path root(root_dir);
+  std::error_code ec;
+  std::string latest;
+  if (fs::exists(root / "latest", ec)) {
+    latest = read_file((root / "latest").string());
+    while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back())))
+      latest.pop_back();
+  }
+  const std::vector<std::int64_t> steps = checkpoint_steps(root_dir);
+  const std::size_t keep_from = steps.size() > static_cast<std::size_t>(retention.keep_last)
+                                    ? steps.size() - static_cast<std::size_t>(retention.keep_last)
+                                    : 0;
+  for (std::size_t i = 0; i < keep_from; ++i) {
+    const std::int64_t step = steps[i];
+    const std::string name = checkpoint_dir_name(step);
+    if (name == latest) continue; // resumed from an older step: `latest` is never removed
+    if (retention.keep_every > 0 && step % retention.keep_every == 0) continue;
+    const fs::path hidden = root / hidden_name(name, ".old-");
+    rename_durably((root / name).string(), hidden.string());
+    fs::remove_all(hidden, ec);
+    removed.push_back(step);
+  }
+  return removed;
+}
+
+bool holds_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    TS_CHECK(!fs::exists(path, ec), "holds_checkpoint: expected a checkpoint folder at '", path,
+             "', found a file; pass a folder");
+    return false;
+  }
+  const fs::path dir(path);
+  if (fs::exists(dir / "manifest.json", ec) || fs::exists(dir / "latest", ec)) return true;
+  const std::vector<std::int64_t> steps = checkpoint_steps(path);
+  TS_CHECK(steps.empty(), "holds_checkpoint: '", path, "' holds ", steps.size(),
+           " step directories (the newest ", checkpoint_dir_name(steps.empty() ? 0 : steps.back()),
+           ") but no 'latest' file, so which one is complete is not known; resume from one "
+           "explicitly with --resume ",
+           (dir / checkpoint_dir_name(steps.empty() ? 0 : steps.back())).string(),
+           " (a damaged one is refused), or move them away to start fresh");
+  return false;
+}
+
+namespace {
+// What a refusal of the checkpoint in `step_dir` adds: the older checkpoints beside it, and how to
+// resume from one (a damaged checkpoint stays on disk for a person to look at).
+std::string older_checkpoints(const fs::path& step_dir) {
+  const fs::path root = step_dir.parent_path();
+  const std::string name = step_dir.filename().string();
+  std::vector<std::int64_t> older;
+  for (std::int64_t step : checkpoint_steps(root.string()))
+    if (checkpoint_dir_name(step) < name) older.push_back(step);
+  if (older.empty()) return " (no older checkpoint in '" + root.string() + "')";
+  std::string list;
+  for (auto it = older.rbegin(); it != older.rend(); ++it)
+    list += (list.empty() ? "" : ", ") + checkpoint_dir_name(*it);
+  return ". Older checkpoints in '" + root.string() + "', newest first: " + list +
+         "; resume from one with --resume " + (root / checkpoint_dir_name(older.back())).string();
+}
+
+Checkpoint read_verified(const fs::path& dir);
+} // namespace
+
 Checkpoint read_checkpoint(const std::string& path) {
   const fs::path dir = resolve_step_dir(path);
+  try {
+    return read_verified(dir);
+  } catch (const Error& e) {
+    throw Error(e.what() + older_checkpoints(dir));
+  }
+}
+
+namespace {
+Checkpoint read_verified(const fs::path& dir) {
   const json manifest = read_manifest(dir);
   const std::string manifest_path = (dir / "manifest.json").string();
   const bool per_tensor = manifest["version"].get<int>() >= 2;
@@ -232,5 +336,6 @@ Checkpoint read_checkpoint(const std::string& path) {
   }
   return checkpoint;
 }
+} // namespace
 
 } // namespace tinyscale::io

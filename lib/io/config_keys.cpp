@@ -76,6 +76,10 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(train.log_every, "print a log line every N steps"),
       TS_CONFIG_KEY(train.checkpoint_every, "write a checkpoint every N steps; 0 = never"),
       TS_CONFIG_KEY(train.checkpoint_dir, "directory that holds the checkpoints"),
+      TS_CONFIG_KEY(train.checkpoint_keep_last,
+                    "keep the newest N checkpoints, delete older ones after each save; 0 = all"),
+      TS_CONFIG_KEY(train.checkpoint_keep_every,
+                    "with checkpoint_keep_last: also keep every step that is a multiple of N"),
       TS_CONFIG_KEY(train.peak_gflops, "device peak GFLOP/s for MFU; 0 = look it up or measure"),
       TS_CONFIG_KEY(train.device, "where the model trains: cpu or cuda (one GPU per rank)"),
   };

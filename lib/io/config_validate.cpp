@@ -69,6 +69,15 @@ void validate_train(const train::TrainConfig& t, const nn::ModelConfig& model) {
   TS_CHECK(t.log_every > 0, "train.log_every: expected > 0, found ", t.log_every);
   TS_CHECK(t.checkpoint_every >= 0, "train.checkpoint_every: expected >= 0 (0 = never), found ",
            t.checkpoint_every);
+  TS_CHECK(t.checkpoint_keep_last >= 0,
+           "train.checkpoint_keep_last: expected >= 0 (0 = keep every checkpoint), found ",
+           t.checkpoint_keep_last);
+  TS_CHECK(t.checkpoint_keep_every >= 0 &&
+               (t.checkpoint_keep_every == 0 || t.checkpoint_keep_last > 0),
+           "train.checkpoint_keep_every: expected 0, or N > 0 together with "
+           "train.checkpoint_keep_last > 0 (it keeps every N-th step of those keep_last would "
+           "delete), found ",
+           t.checkpoint_keep_every, " with train.checkpoint_keep_last = ", t.checkpoint_keep_last);
   TS_CHECK(t.checkpoint_every == 0 || !t.checkpoint_dir.empty(),
            "train.checkpoint_dir: expected a directory when train.checkpoint_every > 0, found an ",
            "empty string");

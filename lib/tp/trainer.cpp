@@ -123,7 +123,7 @@ std::string TpTrainer::save_checkpoint() const {
   const bool writer = tp_->rank() == 0 && (dp_ == nullptr || dp_->rank() == 0);
   const std::string& root = trainer_.config().train.checkpoint_dir;
   std::string dir;
-  if (writer) dir = io::write_checkpoint(root, c);
+  if (writer) dir = trainer_.write_checkpoint(c);
   // Nobody reads the checkpoint before it is complete.
   if (dp_ != nullptr) dp_->barrier();
   tp_->barrier();

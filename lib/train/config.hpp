@@ -21,6 +21,8 @@ struct TrainConfig {
   std::int64_t log_every = 10;       ///< print a line every N steps
   std::int64_t checkpoint_every = 0; ///< write a checkpoint every N steps (0 = never)
   std::string checkpoint_dir = "checkpoints";
+  std::int64_t checkpoint_keep_last = 0;  ///< keep the newest N checkpoints (0 = keep all)
+  std::int64_t checkpoint_keep_every = 0; ///< with keep_last: also keep every N-th step
   double peak_gflops = 0;     ///< device peak for MFU; 0 = look up (GPU table / measured CPU peak)
   std::string device = "cpu"; ///< "cpu" or "cuda" (chapter 11)
 };

@@ -165,7 +165,13 @@ double Trainer::evaluate() const {
 }
 
 std::string Trainer::save_checkpoint(optim::StateTensors optimizer_state) const {
-  return io::write_checkpoint(config_.train.checkpoint_dir, checkpoint(std::move(optimizer_state)));
+  return write_checkpoint(checkpoint(std::move(optimizer_state)));
+}
+
+std::string Trainer::write_checkpoint(const io::Checkpoint& c) const {
+  const TrainConfig& t = config_.train;
+  return io::write_checkpoint(t.checkpoint_dir, c,
+                              io::Retention{t.checkpoint_keep_last, t.checkpoint_keep_every});
 }
 
 io::Checkpoint Trainer::checkpoint(optim::StateTensors optimizer_state) const {
@@ -186,8 +192,10 @@ io::Checkpoint Trainer::checkpoint(optim::StateTensors optimizer_state) const {
 namespace {
 // Keys a resumed run may change: they steer logging and saving, not the arithmetic.
 bool may_differ_on_resume(std::string_view key) {
-  for (std::string_view k : {"train.checkpoint_dir", "train.checkpoint_every", "train.log_every",
-                             "train.eval_every", "train.eval_batches", "train.peak_gflops"})
+  for (std::string_view k :
+       {"train.checkpoint_dir", "train.checkpoint_every", "train.checkpoint_keep_last",
+        "train.checkpoint_keep_every", "train.log_every", "train.eval_every", "train.eval_batches",
+        "train.peak_gflops"})
     if (key == k) return true;
   return false;
 }

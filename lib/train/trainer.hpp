@@ -73,6 +73,10 @@ public:
   /// rank's parameters and the optimizer state (`optimizer_state` as for save_checkpoint). A
   /// trainer whose ranks hold shards joins them in it before writing.
   io::Checkpoint checkpoint(optim::StateTensors optimizer_state = {}) const;
+  /// Writes `c` under train.checkpoint_dir and prunes older checkpoints as
+  /// train.checkpoint_keep_last and checkpoint_keep_every say; returns the step directory. The
+  /// one place every layout's writer saves through.
+  std::string write_checkpoint(const io::Checkpoint& c) const;
 
   /// Runs one optimizer step: zero_grad, micro_batches x (forward_micro_batch, backward of
   /// loss / micro_batches, add_micro_batch), finish_step.

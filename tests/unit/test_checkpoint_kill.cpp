@@ -4,7 +4,9 @@
 // each stage of write_checkpoint in turn (its SaveHook raises SIGSTOP there) and kill it stopped,
 // so every stage is reached whatever the timing. After each kill the parent loads `latest` and
 // every step directory and checks them bit for bit against what was saved; every fifth save
-// replaces an existing step, the case where a naive rename leaves no directory at all.
+// replaces an existing step, the case where a naive rename leaves no directory at all. The saves
+// keep the newest 3 checkpoints (io::Retention), so kills also land while older ones are deleted:
+// pruning never removes the one `latest` names and never leaves a half-deleted step directory.
 #include "io/checkpoint.hpp"
 #include "scratch_dir.hpp"
 
@@ -30,7 +32,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kSaves = 50;
-constexpr int kStages = 6;            // SaveStage::Started .. LatestUpdated
+constexpr int kStages = 7;            // SaveStage::Started .. Pruned
+constexpr std::int64_t kKeep = 3;     // the retention every save of the loop asks for
 constexpr unsigned char kBegin = 100; // the child is about to call write_checkpoint
 
 // The tensors every checkpoint of the loop is made from: a model of 1.9 M parameters (7.5 MiB with
@@ -88,7 +91,7 @@ std::string difference(const Checkpoint& got, const Checkpoint& want) {
   try {
     const unsigned char begin = kBegin;
     if (::write(fd, &begin, 1) != 1) ::_exit(3);
-    write_checkpoint(root, c, [&](SaveStage stage) {
+    write_checkpoint(root, c, Retention{kKeep, 0}, [&](SaveStage stage) {
       const auto s = static_cast<unsigned char>(stage);
       if (::write(fd, &s, 1) != 1) ::_exit(3);
       if (static_cast<int>(stage) == stop_at) ::raise(SIGSTOP);
@@ -204,6 +207,8 @@ TEST_CASE("a writer SIGKILLed at any point of 50 saves leaves the last good chec
     if (moved) latest = found, ++latest_moved;
 
     // Every step directory is complete: the old one, or the new one once it was renamed.
+    // Pruning removed some of the older ones (all it should, unless the kill came first).
+    std::set<std::int64_t> present;
     for (const auto& entry : fs::directory_iterator(root)) {
       const std::string name = entry.path().filename().string();
       if (name.rfind("step_", 0) != 0) continue;
@@ -213,18 +218,21 @@ TEST_CASE("a writer SIGKILLed at any point of 50 saves leaves the last good chec
       REQUIRE((is_new || (complete.count(c.step) == 1 && complete[c.step] == generation)));
       CHECK(difference(c, make_checkpoint(base, c.step, generation)).empty());
       complete[c.step] = generation;
+      present.insert(c.step);
     }
+    for (auto it = complete.begin(); it != complete.end();)
+      it = present.count(it->first) == 1 ? std::next(it) : complete.erase(it);
+    REQUIRE(present.count(latest.step) == 1);
+    if (finished || reached == static_cast<int>(SaveStage::Pruned))
+      REQUIRE(present.size() <= static_cast<std::size_t>(kKeep));
     // Leftovers of killed writers never pile up: each save sweeps those before it.
     CHECK(hidden_entries(root).size() <= 2);
-    // Keep three step directories (a retention policy), so the loop reads a bounded amount.
-    while (complete.size() > 3 && complete.begin()->first != latest.step) {
-      fs::remove_all(fs::path(root) / checkpoint_dir_name(complete.begin()->first));
-      complete.erase(complete.begin());
-    }
   }
   // The writer's own clean save removes whatever the last kill left.
-  write_checkpoint(root, make_checkpoint(base, complete.rbegin()->first + 1, kSaves + 1));
+  write_checkpoint(root, make_checkpoint(base, complete.rbegin()->first + 1, kSaves + 1),
+                   Retention{kKeep, 0});
   CHECK(hidden_entries(root).empty());
+  CHECK(checkpoint_steps(root).size() == static_cast<std::size_t>(kKeep));
 
   std::printf("kill loop: %d saves, each SIGKILLed; the last stage each had reported:", kSaves);
   for (int s = 0; s < kStages; ++s)

@@ -385,3 +385,61 @@ TEST_CASE("resuming a trainer from another model's checkpoint is refused naming 
                    Contains(root.path().string()) &&
                        Contains("model.n_layer = 1 in the checkpoint") && Contains("2 now"));
 }
+
+TEST_CASE("retention keeps the newest keep_last checkpoints and every keep_every-th step, and "
+          "never the step latest names",
+          "[unit]") {
+  testing::ScratchDir root;
+  const std::string r = root.path().string();
+  for (std::int64_t step = 1; step <= 10; ++step)
+    write_checkpoint(r, sample(step), Retention{2, 4});
+  CHECK(checkpoint_steps(r) == std::vector<std::int64_t>{4, 8, 9, 10});
+  // Without retention nothing is removed; keep_last 0 keeps everything.
+  write_checkpoint(r, sample(11));
+  CHECK(checkpoint_steps(r).size() == 5);
+  CHECK(prune_checkpoints(r, Retention{}).empty());
+  // A run resumed from an older step writes below the newest: latest names it and it stays.
+  write_checkpoint(r, sample(5), Retention{1, 0});
+  CHECK(read_bytes(root / "latest") == "step_00000005\n");
+  CHECK(checkpoint_steps(r) == std::vector<std::int64_t>{5, 11});
+  CHECK(read_checkpoint(r).step == 5);
+  // Removal goes through a hidden name, and nothing hidden is left behind.
+  for (const auto& entry : fs::directory_iterator(root.path()))
+    CHECK(entry.path().filename().string()[0] != '.');
+  REQUIRE_TS_ERROR(prune_checkpoints(r, Retention{-1, 0}), Contains("keep_last >= 0"));
+}
+
+TEST_CASE("holds_checkpoint: false for a missing or empty folder, true once a save ended, and "
+          "an error for step directories without latest",
+          "[unit]") {
+  testing::ScratchDir root;
+  CHECK_FALSE(holds_checkpoint((root / "missing")));
+  fs::create_directories(root / "empty");
+  CHECK_FALSE(holds_checkpoint((root / "empty")));
+  const std::string dir = write_checkpoint((root / "run"), sample(3));
+  CHECK(holds_checkpoint((root / "run")));
+  CHECK(holds_checkpoint(dir));
+  fs::remove(root / "run/latest"); // a first save killed before latest existed
+  REQUIRE_TS_ERROR(holds_checkpoint((root / "run")),
+                   Contains("holds 1 step directories (the newest step_00000003) but no 'latest'"));
+}
+
+TEST_CASE("a damaged checkpoint's error lists the older checkpoints and how to resume from one",
+          "[unit]") {
+  testing::ScratchDir root;
+  const std::string r = root.path().string();
+  for (std::int64_t step : {2, 4, 6}) write_checkpoint(r, sample(step));
+  {
+    std::fstream f(root / "step_00000006/model.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x5a');
+  }
+  REQUIRE_TS_ERROR(read_checkpoint(r),
+                   Contains("newest first: step_00000004, step_00000002; resume from one with "
+                            "--resume " +
+                            (root / "step_00000004")));
+  const std::string first = write_checkpoint((root / "alone"), sample(1));
+  fs::remove(fs::path(first) / "manifest.json");
+  REQUIRE_TS_ERROR(read_checkpoint(first), Contains("(no older checkpoint in"));
+}
