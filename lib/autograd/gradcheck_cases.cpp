@@ -83,6 +83,17 @@ GradCase matmul_case(std::string op, int a_rank, int b_rank) {
           }};
 }
 
+/// matmul_nt on random sizes 1..4: a [B, M, K] input times a shared [N, K] weight, transposed.
+GradCase matmul_nt_case() {
+  return {"matmul_nt (shared weight, transposed)", [](std::uint64_t seed) {
+            std::mt19937_64 rng(seed);
+            const Shape d = random_shape(rng, 4, 1, 4);
+            Tensor a = random_input(Shape({d[0], d[1], d[2]}), seed, 1);
+            Tensor b = random_input(Shape({d[3], d[2]}), seed, 2);
+            return GradDraw{[](const Inputs& in) { return matmul_nt(in[0], in[1]); }, {a, b}};
+          }};
+}
+
 std::vector<GradCase> elementwise_cases() {
   std::vector<GradCase> cases = {
       broadcasting("add (broadcast)", add),
@@ -178,6 +189,7 @@ std::vector<GradCase> row_cases() {
       matmul_case("matmul (2-D)", 2, 2),
       matmul_case("matmul (shared weight)", 3, 2),
       matmul_case("matmul (batched)", 4, 4),
+      matmul_nt_case(),
       unary(
           "softmax", [](const Tensor& x) { return softmax(x); }, 2.0),
       unary(

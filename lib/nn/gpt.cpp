@@ -50,8 +50,8 @@ FeedForwardOutput GPT::block(int layer, const Tensor& x, const ForwardContext& c
 }
 
 Tensor GPT::head(const Tensor& x) const {
-  // tied: [B, T, C] x [C, V], in the activations' dtype
-  return matmul(ln_f_.forward(x), transpose(cast(wte_, x.dtype()), 0, 1));
+  // tied: [B, T, C] x [V, C]^T in the activations' dtype; the GEMM reads wte transposed, no copy
+  return matmul_nt(ln_f_.forward(x), cast(wte_, x.dtype()));
 }
 
 Tensor GPT::lm_loss(const Tensor& logits, const Tensor& targets) const {

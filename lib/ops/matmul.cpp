@@ -88,4 +88,23 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return record_split_op("matmul", out, {a, b}, {false, true}, backward);
 }
 
+Tensor matmul_nt(const Tensor& a, const Tensor& b) {
+  TS_CHECK(b.rank() == 2, "matmul_nt: expected a 2-D b [N, K] shared over a's leading axes, found ",
+           b.shape().str(), "; use matmul with a transpose for batched operands");
+  Tensor out = detail::gemm(a, b, false, true);
+  auto backward = [a = a.detach(), b = b.detach()](const Tensor& g,
+                                                   const std::vector<bool>& wanted) {
+    Grads grads(2);
+    if (wanted[0]) grads[0] = detail::gemm(g, b, false, false); // dA = dC B, [.., M, K]
+    if (wanted[1]) {                                            // dB = dC^T A over every row
+      std::int64_t rows = 1;
+      for (int d = 0; d < a.rank() - 1; ++d) rows *= a.size(d);
+      grads[1] =
+          detail::gemm(reshape(g, {rows, g.size(-1)}), reshape(a, {rows, a.size(-1)}), true, false);
+    }
+    return grads;
+  };
+  return record_split_op("matmul_nt", out, {a, b}, {false, true}, backward);
+}
+
 } // namespace tinyscale

@@ -76,6 +76,10 @@ std::vector<Tensor> chunk(const Tensor& a, int axis, int n);
 /// or a [.., M, K] with b [.., K, N] with equal leading axes (batched). When b is a parameter,
 /// its gradient (A^T dC) can be deferred to the W pass of backward_input(); a's never is.
 Tensor matmul(const Tensor& a, const Tensor& b);
+/// a @ b^T for a [.., M, K] and a shared b [N, K]: a tied output head, logits = h wte^T, without
+/// materialising wte^T. The GEMM reads b transposed; backward is dA = dC b and dB = dC^T A (one
+/// GEMM over all of a's rows), and b's gradient can wait for the W pass as matmul's does.
+Tensor matmul_nt(const Tensor& a, const Tensor& b);
 
 // ---- normalisation, softmax, losses --------------------------------------------------------
 /// Softmax over the last axis.

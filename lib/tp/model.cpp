@@ -130,7 +130,7 @@ Tensor TpGPT::head(const Tensor& x) const {
   // The tied head, column-parallel over the vocabulary: [B, T, C] x [C, V/t].
   comm::CountingRegion region(*tp_.group, "head");
   Tensor h = enter_tp(ln_f_->forward(x), tp_);
-  return matmul(h, transpose(cast(wte_, h.dtype()), 0, 1));
+  return matmul_nt(h, cast(wte_, h.dtype()));
 }
 
 Tensor TpGPT::lm_loss(const Tensor& logits, const Tensor& targets) const {
