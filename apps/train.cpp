@@ -96,8 +96,10 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
                   from.c_str());
   }
   if (root && t.checkpoint_every > 0) {
-    std::printf("checkpoints: every %lld steps into %s", static_cast<long long>(t.checkpoint_every),
-                t.checkpoint_dir.c_str());
+    const std::string every = t.checkpoint_every == 1
+                                  ? std::string("every step")
+                                  : "every " + std::to_string(t.checkpoint_every) + " steps";
+    std::printf("checkpoints: %s into %s", every.c_str(), t.checkpoint_dir.c_str());
     if (t.checkpoint_keep_last > 0)
       std::printf(
           ", keeping the newest %lld%s", static_cast<long long>(t.checkpoint_keep_last),

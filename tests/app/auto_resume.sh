@@ -36,7 +36,7 @@ kill -9 "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 grep -q "^auto-resume: no checkpoint in $work/ckpt yet, so this run starts at step 0" \
   "$work/first.txt" || fail "the first start did not say it starts fresh: $(head -3 "$work/first.txt")"
-grep -q "^checkpoints: every 1 steps into $work/ckpt, keeping the newest 2 and every step divisible by 5; if this run stops, run the same command with --auto-resume" \
+grep -q "^checkpoints: every step into $work/ckpt, keeping the newest 2 and every step divisible by 5; if this run stops, run the same command with --auto-resume" \
   "$work/first.txt" || fail "the run did not say where its checkpoints go and how to resume"
 if grep -q '^done:' "$work/first.txt"; then fail "the run ended before the kill; make it longer"; fi
 killed_at=$(sed 's/step_0*//' "$work/ckpt/latest")
