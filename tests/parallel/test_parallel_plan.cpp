@@ -126,7 +126,7 @@ TEST_CASE("Every plan run through make_run equals one rank: losses, norms and va
   }
 }
 
-TEST_CASE("A plan's world is dp x tp x pp; without --dp, mpirun's world decides dp, and a world "
+TEST_CASE("A plan's world is dp x tp x pp, and without --dp, mpirun's world decides dp, and a world "
           "that does not fit is refused naming both",
           "[plan]") {
   const mesh::ParallelPlan plan = plan_of(0, 2, 2, 1, 0);
