@@ -7,6 +7,7 @@
 // the data's entropy rate where it is known, writes JSON lines with --metrics and a Chrome trace
 // with --trace. Easy to get wrong: MFU needs a peak; without one it prints "n/a" and how to get
 // one. Only rank 0 prints and writes metrics; every rank steps, evaluates and saves together.
+#include "backend/cpu/intra_op.hpp"
 #include "comm/launch.hpp"
 #include "commands.hpp"
 #include "fourd/run.hpp"
@@ -81,8 +82,11 @@ std::string val_line(double val_loss, std::optional<double> entropy) {
 // and writes metrics; every rank evaluates and saves at the same steps (a run whose ranks hold
 // shards joins them into one checkpoint, written by rank 0).
 void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankRun& trainer,
-              bool root, int ranks) {
+              bool root, int ranks, int threads) {
   const train::TrainConfig& t = config.train;
+  // MFU is per core: on the CPU each rank's intra-op threads each hold one core's peak.
+  const bool on_cpu = trainer.device().kind == Device::Kind::CPU;
+  const int cores = on_cpu ? ranks * threads : ranks;
   if (root) {
     const std::string layout = trainer.describe();
     if (!layout.empty()) std::printf("%s\n", layout.c_str());
@@ -146,6 +150,9 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
     std::printf("data: %s\n", trainer.dataset().describe().c_str());
     std::printf("run: %lld steps x %lld sequences x %lld tokens\n", static_cast<long long>(t.steps),
                 static_cast<long long>(t.batch_size), static_cast<long long>(t.seq_len));
+    if (on_cpu)
+      std::printf("threads: %d per rank for the CPU kernels (train.threads; MFU counts %d %s)\n",
+                  threads, cores, cores == 1 ? "core" : "cores");
     std::fflush(stdout);
   }
 
@@ -166,7 +173,7 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
         trainer.save_checkpoint();
       continue;
     }
-    const std::optional<double> mfu = metrics::mfu(flops, r.tokens_per_s, peak, ranks);
+    const std::optional<double> mfu = metrics::mfu(flops, r.tokens_per_s, peak, cores);
     nlohmann::json line = {{"step", r.step},
                            {"loss", r.loss},
                            {"lm_loss", r.lm_loss},
@@ -202,7 +209,7 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
       if (interactive) std::cerr << "\r\033[K";
       std::printf("step %lld/%lld | %s | %s\n", static_cast<long long>(r.step),
                   static_cast<long long>(t.steps), text.c_str(),
-                  metrics::format_mfu(flops, r.tokens_per_s, peak, ranks).c_str());
+                  metrics::format_mfu(flops, r.tokens_per_s, peak, cores).c_str());
       if (eval_now)
         std::printf("step %lld/%lld | %s\n", static_cast<long long>(r.step),
                     static_cast<long long>(t.steps), val_line(val_loss, entropy).c_str());
@@ -224,10 +231,10 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
                        : std::to_string(start_step + 1) + " to " + std::to_string(trainer.step())) +
              ", resumed at step " + std::to_string(start_step) + ")";
   std::printf("done: %s in %.1f s | %.0f tok/s | %s\n", steps.c_str(), total_seconds, tokens_per_s,
-              metrics::format_mfu(flops, tokens_per_s, peak, ranks).c_str());
+              metrics::format_mfu(flops, tokens_per_s, peak, cores).c_str());
   if (evaluated) std::printf("final %s\n", val_line(val_loss, entropy).c_str());
   if (metrics) {
-    const std::optional<double> mfu = metrics::mfu(flops, tokens_per_s, peak, ranks);
+    const std::optional<double> mfu = metrics::mfu(flops, tokens_per_s, peak, cores);
     nlohmann::json summary = {
         {"summary", true},
         {"steps", trainer.step()},
@@ -265,14 +272,18 @@ void run_train(TrainOptions opt) {
   const bool one_rank = plan.threads_world() == 1 && plan.dp == 0 && plan.zero == 0 &&
                         !plan.composed() && opt.trace_path.empty() && threads;
   if (one_rank) { // the single-rank reference of chapter 02, without any wrapper
+    const int per_rank = train::threads_per_rank(config.train, 1);
+    cpu::IntraOpThreads intra_op(per_rank);
     std::unique_ptr<train::RankRun> run = train::make_single_rank_run(config);
-    run_loop(opt, config, *run, true, 1);
+    run_loop(opt, config, *run, true, 1, per_rank);
     run->finish();
     return;
   }
+  const int per_rank = train::threads_per_rank(config.train, threads ? plan.threads_world() : 1);
   comm::run_world(backend, plan.threads_world(), [&](comm::Communicator& world) {
+    cpu::IntraOpThreads intra_op(per_rank); // on this rank's thread, for its whole run
     std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world, opt.trace_path);
-    run_loop(opt, config, *run, world.rank() == 0, world.size());
+    run_loop(opt, config, *run, world.rank() == 0, world.size(), per_rank);
     run->finish();
   });
 }

@@ -83,6 +83,10 @@ void validate_train(const train::TrainConfig& t, const nn::ModelConfig& model) {
            "empty string");
   TS_CHECK(t.peak_gflops >= 0, "train.peak_gflops: expected >= 0 (0 = look up), found ",
            t.peak_gflops);
+  TS_CHECK(t.threads >= 0 && t.threads <= 4096,
+           "train.threads: expected 0 (the default: TINYSCALE_THREADS, else the cores divided by "
+           "the ranks on this machine) or 1..4096 threads per rank, found ",
+           t.threads);
 }
 
 } // namespace

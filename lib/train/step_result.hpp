@@ -15,15 +15,18 @@ namespace tinyscale::train {
 
 /// What one optimizer step did.
 struct StepResult {
-  std::int64_t step = 0;              ///< steps completed after this one (1 for the first)
-  double loss = 0;                    ///< lm_loss + aux_loss + z_loss, averaged over micro-batches
-  double lm_loss = 0;                 ///< cross-entropy
-  double aux_loss = 0;                ///< MoE load-balancing loss (0 for a dense model)
-  double z_loss = 0;                  ///< MoE router z-loss (0 for a dense model)
-  double lr = 0;                      ///< learning rate used
-  double grad_norm = 0;               ///< global gradient norm before clipping
-  double seconds = 0;                 ///< wall time of the step
-  double tokens_per_s = 0;            ///< batch_size * seq_len / seconds
+  std::int64_t step = 0;   ///< steps completed after this one (1 for the first)
+  double loss = 0;         ///< lm_loss + aux_loss + z_loss, averaged over micro-batches
+  double lm_loss = 0;      ///< cross-entropy
+  double aux_loss = 0;     ///< MoE load-balancing loss (0 for a dense model)
+  double z_loss = 0;       ///< MoE router z-loss (0 for a dense model)
+  double lr = 0;           ///< learning rate used
+  double grad_norm = 0;    ///< global gradient norm before clipping
+  double seconds = 0;      ///< wall time of the step
+  double tokens_per_s = 0; ///< batch_size * seq_len / seconds
+  /// Where the step's time went, measured by the single-rank Trainer (0 in layouts that do not
+  /// split it): forward passes, backward passes, and the clip norm plus the optimizer.
+  double forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
   std::vector<nn::MoeLayerStats> moe; ///< per MoE layer: counts summed over micro-batches,
                                       ///< losses averaged
 };

@@ -136,9 +136,18 @@ StepResult Trainer::train_step() {
   const TrainConfig& t = config_.train;
   const std::int64_t micro = t.micro_batches, rows = t.batch_size / micro;
   StepResult r;
+  // Phase times for `bench train` (on a GPU each boundary waits for the queued kernels).
+  auto lap = [this, last = start]() mutable {
+    backend_for(device_).synchronize();
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - last).count();
+    last = now;
+    return seconds;
+  };
   zero_grad();
   for (std::int64_t m = 0; m < micro; ++m) {
     nn::ModelOutput out = forward_micro_batch(m * rows, rows);
+    r.forward_seconds += lap();
     // Each micro-batch's loss is a mean over its rows * seq_len tokens; equal micro-batches, so
     // dividing by their number gives the mean over the whole batch: the one-batch loss, exactly
     // for a dense model. A MoE layer routes per micro-batch (its capacity counts the micro-batch's
@@ -146,8 +155,10 @@ StepResult Trainer::train_step() {
     // convention docs/theory.md sec. 7 uses, so there it is the mean of per-micro-batch losses.
     backward(out.loss / static_cast<double>(micro));
     add_micro_batch(r, out, 1.0 / static_cast<double>(micro));
+    r.backward_seconds += lap();
   }
   finish_step(r, start);
+  r.optimizer_seconds = lap();
   return r;
 }
 

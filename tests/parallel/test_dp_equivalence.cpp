@@ -5,6 +5,7 @@
 #include "dp_equivalence.hpp"
 #include "rank_checks.hpp"
 
+#include "backend/cpu/intra_op.hpp"
 #include "comm/launch.hpp"
 
 #include <catch2/catch.hpp>
@@ -20,11 +21,14 @@ constexpr double kTolerance = 1e-5;
 
 // Runs the data-parallel side on `n` thread ranks; returns rank 0's record after checking that
 // every rank ended with the same record as rank 0 (the replicas never drift apart).
-RunRecord threads_run(int n, const io::RunConfig& config, dp::DpOptions options = {}) {
+// Each rank runs its kernels on `intra_op` threads of its own (cpu::IntraOpThreads).
+RunRecord threads_run(int n, const io::RunConfig& config, dp::DpOptions options = {},
+                      int intra_op = 1) {
   std::vector<RunRecord> records(static_cast<std::size_t>(n));
   comm::run_threads(
       n,
       [&](comm::Communicator& world) {
+        cpu::IntraOpThreads scope(intra_op);
         records[static_cast<std::size_t>(world.rank())] = dp_run(world, config, options);
       },
       comm::testing::test_options(std::chrono::seconds(30)));
@@ -93,4 +97,16 @@ TEST_CASE("Negative control: leaving out one bucket's all-reduce breaks the equi
       CHECK_FALSE(d.empty());
     }
   }
+}
+
+TEST_CASE("Ranks as threads with 2 intra-op threads each train bit for bit what they train on one "
+          "thread each",
+          "[parallel][dp][intra_op]") {
+  io::RunConfig config = dp_run_config(2, 2, 1, false);
+  config.model.n_embd = 128; // wide enough that the kernels are cut into several chunks
+  config.model.n_head = 4;
+  config.model.n_positions = config.train.seq_len = 32;
+  const RunRecord one = threads_run(2, config);
+  const RunRecord two = threads_run(2, config, {}, 2);
+  REQUIRE(compare_runs(one, two, 0.0) == "");
 }

@@ -126,9 +126,10 @@ TEST_CASE("Every plan run through make_run equals one rank: losses, norms and va
   }
 }
 
-TEST_CASE("A plan's world is dp x tp x pp, and without --dp, mpirun's world decides dp, and a world "
-          "that does not fit is refused naming both",
-          "[plan]") {
+TEST_CASE(
+    "A plan's world is dp x tp x pp, and without --dp, mpirun's world decides dp, and a world "
+    "that does not fit is refused naming both",
+    "[plan]") {
   const mesh::ParallelPlan plan = plan_of(0, 2, 2, 1, 0);
   CHECK(plan.threads_world() == 4);
   CHECK(plan.for_world(8).dp == 2);

@@ -1,16 +1,21 @@
 // CPU backend, part 1: memory, elementwise ops with broadcasting, reductions and layout copies.
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/intra_op.hpp"
 #include "backend/memory_counter.hpp"
+
+#include <Eigen/Core>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <numbers>
+#include <utility>
 
 namespace tinyscale {
 
 using cpu::dispatch_floating;
+using cpu::parallel_for_each;
 
 namespace {
 
@@ -36,16 +41,23 @@ bool is_trailing_block(const Shape& t, const Shape& out) {
                     out.dims().end() - static_cast<std::ptrdiff_t>(k));
 }
 
-// Visits every element of `shape` in row-major order, passing the offsets into two operands
-// whose strides (possibly 0) are given.
+// Visits the elements begin..end-1 of `shape` in row-major order, passing the offsets into two
+// operands whose strides (possibly 0) are given.
 template <typename F>
 void for_each_index(const Shape& shape, const std::vector<std::int64_t>& sa,
-                    const std::vector<std::int64_t>& sb, F&& f) {
+                    const std::vector<std::int64_t>& sb, std::int64_t begin, std::int64_t end,
+                    F&& f) {
   const int rank = shape.rank();
-  const std::int64_t n = shape.numel();
   std::vector<std::int64_t> idx(static_cast<std::size_t>(rank), 0);
   std::int64_t oa = 0, ob = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
+  for (std::int64_t d = rank - 1, rest = begin; d >= 0; --d) { // the multi-index of `begin`
+    auto du = static_cast<std::size_t>(d);
+    idx[du] = rest % shape.dims()[du];
+    rest /= shape.dims()[du];
+    oa += idx[du] * sa[du];
+    ob += idx[du] * sb[du];
+  }
+  for (std::int64_t i = begin; i < end; ++i) {
     f(i, oa, ob);
     for (int d = rank - 1; d >= 0; --d) {
       auto du = static_cast<std::size_t>(d);
@@ -58,6 +70,13 @@ void for_each_index(const Shape& shape, const std::vector<std::int64_t>& sa,
       idx[du] = 0;
     }
   }
+}
+
+// All of `shape`, on the calling thread.
+template <typename F>
+void for_each_index(const Shape& shape, const std::vector<std::int64_t>& sa,
+                    const std::vector<std::int64_t>& sb, F&& f) {
+  for_each_index(shape, sa, sb, 0, shape.numel(), std::forward<F>(f));
 }
 
 template <typename T> T apply_binary(BinaryOp op, T x, T y) {
@@ -91,6 +110,27 @@ template <typename T> T apply_unary(UnaryOp op, T x, T s) {
   return T(0);
 }
 
+// GELU and its gradient on float32 through Eigen's vectorised tanh (a rational approximation
+// within a few ulp of std::tanh; std::tanh is most of a scalar GELU's time). float64, the
+// gradient checks' type, keeps the scalar formula above.
+using ArrayF = Eigen::Array<float, Eigen::Dynamic, 1>;
+
+void gelu_f32(const float* x, float* y, std::int64_t n) {
+  const Eigen::Map<const ArrayF> in(x, n);
+  Eigen::Map<ArrayF> out(y, n);
+  constexpr auto k = static_cast<float>(kGeluK), c = static_cast<float>(kGeluC);
+  out = 0.5f * in * (1.0f + (k * (in + c * in.cube())).tanh());
+}
+
+void gelu_grad_f32(const float* x, const float* grad_out, float* grad_in, std::int64_t n) {
+  const Eigen::Map<const ArrayF> v(x, n), g(grad_out, n);
+  Eigen::Map<ArrayF> out(grad_in, n);
+  constexpr auto k = static_cast<float>(kGeluK), c = static_cast<float>(kGeluC);
+  const ArrayF th = (k * (v + c * v.cube())).tanh();
+  out = g *
+        (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th.square()) * k * (1.0f + 3.0f * c * v.square()));
+}
+
 } // namespace
 
 std::shared_ptr<void> CpuBackend::allocate(std::size_t bytes) {
@@ -118,7 +158,7 @@ void CpuBackend::cast(const Tensor& src, Tensor& out) {
     const std::int64_t n = src.numel();
     auto write = [&](auto* to) {
       using To = std::remove_pointer_t<decltype(to)>;
-      for (std::int64_t i = 0; i < n; ++i) {
+      parallel_for_each(n, 1, [&](std::int64_t i) {
         if constexpr (std::is_same_v<std::remove_const_t<std::remove_pointer_t<decltype(from)>>,
                                      bfloat16>) {
           const float f = bf16_to_float(from[i]);
@@ -131,7 +171,7 @@ void CpuBackend::cast(const Tensor& src, Tensor& out) {
         } else {
           to[i] = static_cast<To>(from[i]);
         }
-      }
+      });
     };
     switch (out.dtype()) {
     case DType::Float32: return write(out.data<float>());
@@ -163,7 +203,8 @@ void CpuBackend::fill(Tensor& out, double value) {
   dispatch_floating(out.dtype(), "fill", [&](auto t) {
     using T = decltype(t);
     T* p = out.data<T>();
-    for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(value);
+    const T v = static_cast<T>(value);
+    parallel_for_each(n, 0.5, [&](std::int64_t i) { p[i] = v; });
   });
 }
 
@@ -175,16 +216,19 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
     T* po = out.data<T>();
     const std::int64_t n = out.numel();
     if (a.shape() == out.shape() && b.shape() == out.shape()) { // same shape: one flat loop
-      for (std::int64_t i = 0; i < n; ++i) po[i] = apply_binary(op, pa[i], pb[i]);
+      parallel_for_each(n, 1, [&](std::int64_t i) { po[i] = apply_binary(op, pa[i], pb[i]); });
     } else if (a.shape() == out.shape() && is_trailing_block(b.shape(), out.shape())) {
       const std::int64_t m = b.numel(); // b repeats along the leading axes (a bias)
-      for (std::int64_t i = 0; i < n; ++i) po[i] = apply_binary(op, pa[i], pb[i % m]);
+      parallel_for_each(n, 2, [&](std::int64_t i) { po[i] = apply_binary(op, pa[i], pb[i % m]); });
     } else {
-      for_each_index(out.shape(), broadcast_strides(a.shape(), out.shape()),
-                     broadcast_strides(b.shape(), out.shape()),
-                     [&](std::int64_t i, std::int64_t oa, std::int64_t ob) {
-                       po[i] = apply_binary(op, pa[oa], pb[ob]);
-                     });
+      const auto sa = broadcast_strides(a.shape(), out.shape());
+      const auto sb = broadcast_strides(b.shape(), out.shape());
+      cpu::parallel_for(n, cpu::grain_for(3), [&](std::int64_t begin, std::int64_t end) {
+        for_each_index(out.shape(), sa, sb, begin, end,
+                       [&](std::int64_t i, std::int64_t oa, std::int64_t ob) {
+                         po[i] = apply_binary(op, pa[oa], pb[ob]);
+                       });
+      });
     }
   });
 }
@@ -195,7 +239,19 @@ void CpuBackend::unary(UnaryOp op, const Tensor& a, double scalar, Tensor& out) 
     const T* pa = a.data<T>();
     T* po = out.data<T>();
     const T s = static_cast<T>(scalar);
-    for (std::int64_t i = 0, n = out.numel(); i < n; ++i) po[i] = apply_unary(op, pa[i], s);
+    const double cost = op == UnaryOp::Gelu || op == UnaryOp::Tanh || op == UnaryOp::Exp ||
+                                op == UnaryOp::Log || op == UnaryOp::PowScalar
+                            ? 16
+                            : 1;
+    if constexpr (std::is_same_v<T, float>) {
+      if (op == UnaryOp::Gelu) {
+        cpu::parallel_for(out.numel(), cpu::grain_for(cost),
+                          [&](std::int64_t b, std::int64_t e) { gelu_f32(pa + b, po + b, e - b); });
+        return;
+      }
+    }
+    parallel_for_each(out.numel(), cost,
+                      [&](std::int64_t i) { po[i] = apply_unary(op, pa[i], s); });
   });
 }
 
@@ -206,7 +262,15 @@ void CpuBackend::activation_grad(ActivationGrad op, const Tensor& x, const Tenso
     const T* px = x.data<T>();
     const T* pg = grad_out.data<T>();
     T* pi = grad_in.data<T>();
-    for (std::int64_t i = 0, n = x.numel(); i < n; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (op == ActivationGrad::Gelu) {
+        cpu::parallel_for(x.numel(), cpu::grain_for(16), [&](std::int64_t b, std::int64_t e) {
+          gelu_grad_f32(px + b, pg + b, pi + b, e - b);
+        });
+        return;
+      }
+    }
+    parallel_for_each(x.numel(), op == ActivationGrad::Relu ? 1 : 16, [&](std::int64_t i) {
       const T v = px[i];
       T d;
       if (op == ActivationGrad::Relu) {
@@ -217,7 +281,7 @@ void CpuBackend::activation_grad(ActivationGrad op, const Tensor& x, const Tenso
             T(0.5) * v * (T(1) - th * th) * T(kGeluK) * (T(1) + T(3 * kGeluC) * v * v);
       }
       pi[i] = pg[i] * d;
-    }
+    });
   });
 }
 
@@ -226,7 +290,7 @@ void CpuBackend::accumulate(Tensor& out, const Tensor& a) {
     using T = decltype(t);
     T* po = out.data<T>();
     const T* pa = a.data<T>();
-    for (std::int64_t i = 0, n = out.numel(); i < n; ++i) po[i] += pa[i];
+    parallel_for_each(out.numel(), 1, [&](std::int64_t i) { po[i] += pa[i]; });
   });
 }
 
@@ -237,9 +301,14 @@ void CpuBackend::sum_to(const Tensor& a, Tensor& out) {
     T* po = out.data<T>();
     std::vector<double> acc(static_cast<std::size_t>(out.numel()), 0.0);
     if (is_trailing_block(out.shape(), a.shape())) { // reduce the leading axes: row sums
-      const std::int64_t m = out.numel();
-      for (std::int64_t i = 0, n = a.numel(); i < n; ++i)
-        acc[static_cast<std::size_t>(i % m)] += pa[i];
+      const std::int64_t m = out.numel(), rows = a.numel() / std::max<std::int64_t>(m, 1);
+      // Blocks of columns on the intra-op threads; each column still sums its rows in order.
+      cpu::parallel_for(m, std::max<std::int64_t>(64, cpu::grain_for(static_cast<double>(rows))),
+                        [&](std::int64_t j0, std::int64_t j1) {
+                          for (std::int64_t r = 0; r < rows; ++r)
+                            for (std::int64_t j = j0; j < j1; ++j)
+                              acc[static_cast<std::size_t>(j)] += pa[r * m + j];
+                        });
     } else {
       std::vector<std::int64_t> none(static_cast<std::size_t>(a.rank()), 0);
       for_each_index(a.shape(), broadcast_strides(out.shape(), a.shape()), none,
@@ -260,9 +329,13 @@ void CpuBackend::permute(const Tensor& a, const std::vector<int>& perm, Tensor& 
   const std::size_t elem = dtype_size(a.dtype());
   const char* pa = static_cast<const char*>(a.raw_data());
   char* po = static_cast<char*>(out.raw_data());
-  for_each_index(out.shape(), strides, none, [&](std::int64_t i, std::int64_t oa, std::int64_t) {
-    std::memcpy(po + static_cast<std::size_t>(i) * elem, pa + static_cast<std::size_t>(oa) * elem,
-                elem);
+  // Blocks of the output on the intra-op threads (a permute only moves bytes).
+  cpu::parallel_for(out.numel(), cpu::grain_for(2), [&](std::int64_t begin, std::int64_t end) {
+    for_each_index(out.shape(), strides, none, begin, end,
+                   [&](std::int64_t i, std::int64_t oa, std::int64_t) {
+                     std::memcpy(po + static_cast<std::size_t>(i) * elem,
+                                 pa + static_cast<std::size_t>(oa) * elem, elem);
+                   });
   });
 }
 

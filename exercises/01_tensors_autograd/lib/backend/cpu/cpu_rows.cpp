@@ -1,6 +1,9 @@
 // CPU backend, part 3: row-wise fused kernels (softmax, LayerNorm, embedding, cross-entropy,
-// dropout). A "row" is the last axis; every kernel is a loop over rows with the formula inside.
+// dropout). A "row" is the last axis; every kernel is a loop over rows with the formula inside,
+// run on the intra-op threads by blocks of rows (backend/cpu/intra_op.hpp). Sums over rows
+// (LayerNorm's dgamma, the embedding's gradient) keep an order that the thread count cannot change.
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/intra_op.hpp"
 
 #include "core/rng.hpp"
 
@@ -12,13 +15,14 @@
 namespace tinyscale {
 
 using cpu::dispatch_floating;
+using cpu::parallel_for_each;
 
 void CpuBackend::softmax(const Tensor& x, Tensor& y, bool log, bool causal) {
   dispatch_floating(x.dtype(), "softmax", [&](auto t) {
     using T = decltype(t);
     const std::int64_t cols = x.size(-1), rows = x.numel() / std::max<std::int64_t>(cols, 1);
     const std::int64_t q_len = causal ? x.size(-2) : 1;
-    for (std::int64_t r = 0; r < rows; ++r) {
+    parallel_for_each(rows, 8.0 * static_cast<double>(cols), [&](std::int64_t r) {
       const T* in = x.data<T>() + r * cols;
       T* out = y.data<T>() + r * cols;
       // With a causal mask, query i sees keys 0..i only; the rest get probability 0.
@@ -32,7 +36,7 @@ void CpuBackend::softmax(const Tensor& x, Tensor& y, bool log, bool causal) {
         out[j] = log ? in[j] - max - log_sum : std::exp(in[j] - max - log_sum);
       for (std::int64_t j = visible; j < cols; ++j)
         out[j] = log ? -std::numeric_limits<T>::infinity() : T(0);
-    }
+    });
   });
 }
 
@@ -40,7 +44,7 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, Tensor&
   dispatch_floating(y.dtype(), "softmax_backward", [&](auto t) {
     using T = decltype(t);
     const std::int64_t cols = y.size(-1), rows = y.numel() / std::max<std::int64_t>(cols, 1);
-    for (std::int64_t r = 0; r < rows; ++r) {
+    parallel_for_each(rows, 4.0 * static_cast<double>(cols), [&](std::int64_t r) {
       const T* py = y.data<T>() + r * cols;
       const T* pg = grad_y.data<T>() + r * cols;
       T* px = grad_x.data<T>() + r * cols;
@@ -50,7 +54,7 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, Tensor&
       // EXERCISE 1.2 begin: softmax and log-softmax backward
       ::tinyscale::exercise_not_done("1.2", "ex01", __FILE__);
       // EXERCISE 1.2 end
-    }
+    });
   });
 }
 
@@ -61,7 +65,7 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     const std::int64_t c = x.size(-1), rows = x.numel() / std::max<std::int64_t>(c, 1);
     const T* g = gamma.data<T>();
     const T* b = beta.defined() ? beta.data<T>() : nullptr;
-    for (std::int64_t r = 0; r < rows; ++r) {
+    parallel_for_each(rows, 4.0 * static_cast<double>(c), [&](std::int64_t r) {
       const T* in = x.data<T>() + r * c;
       T* out = y.data<T>() + r * c;
       double m = 0.0;
@@ -75,7 +79,7 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
         out[j] = static_cast<T>((in[j] - m) * rs) * g[j] + (b ? b[j] : T(0));
       mean.data<T>()[r] = static_cast<T>(m);
       rstd.data<T>()[r] = static_cast<T>(rs);
-    }
+    });
   });
 }
 
@@ -87,21 +91,35 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const
     using T = decltype(t);
     const std::int64_t c = x.size(-1), rows = x.numel() / std::max<std::int64_t>(c, 1);
     const T* g = gamma.data<T>();
-    std::vector<double> dgamma(static_cast<std::size_t>(c), 0.0), dbeta(dgamma);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* in = x.data<T>() + r * c;
-      const T* dy = grad_y.data<T>() + r * c;
-      T* dx = grad_x.data<T>() + r * c;
-      // One row of c values: in = x, dy = dL/dy; fill dx = dL/dx and add this row's share to
-      // dgamma and dbeta (summed over rows, in double). rstd.data<T>()[r] is the saved 1/std.
-      // EXERCISE 1.3 begin: LayerNorm backward
-      ::tinyscale::exercise_not_done("1.3", "ex01", __FILE__);
-      // EXERCISE 1.3 end
-    }
+    // Blocks of rows (a fixed size for a given c); each block sums its dgamma and dbeta in row
+    // order into its own slot, and the blocks are added in order at the end.
+    const std::int64_t block = cpu::grain_for(6.0 * static_cast<double>(c));
+    const std::int64_t blocks = (rows + block - 1) / block;
+    std::vector<std::vector<double>> dgamma_of(static_cast<std::size_t>(blocks)),
+        dbeta_of(static_cast<std::size_t>(blocks));
+    cpu::parallel_for(rows, block, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<double> dgamma(static_cast<std::size_t>(c), 0.0), dbeta(dgamma);
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const T* in = x.data<T>() + r * c;
+        const T* dy = grad_y.data<T>() + r * c;
+        T* dx = grad_x.data<T>() + r * c;
+        // One row of c values: in = x, dy = dL/dy; fill dx = dL/dx and add this row's share to
+        // dgamma and dbeta (summed over rows, in double). rstd.data<T>()[r] is the saved 1/std.
+        // EXERCISE 1.3 begin: LayerNorm backward
+        ::tinyscale::exercise_not_done("1.3", "ex01", __FILE__);
+        // EXERCISE 1.3 end
+      }
+      dgamma_of[static_cast<std::size_t>(r0 / block)] = std::move(dgamma);
+      dbeta_of[static_cast<std::size_t>(r0 / block)] = std::move(dbeta);
+    });
     for (std::int64_t j = 0; j < c; ++j) {
-      grad_gamma.data<T>()[j] = static_cast<T>(dgamma[static_cast<std::size_t>(j)]);
-      if (grad_beta.defined())
-        grad_beta.data<T>()[j] = static_cast<T>(dbeta[static_cast<std::size_t>(j)]);
+      double dg = 0.0, db = 0.0;
+      for (std::size_t i = 0; i < dgamma_of.size(); ++i) {
+        dg += dgamma_of[i][static_cast<std::size_t>(j)];
+        db += dbeta_of[i][static_cast<std::size_t>(j)];
+      }
+      grad_gamma.data<T>()[j] = static_cast<T>(dg);
+      if (grad_beta.defined()) grad_beta.data<T>()[j] = static_cast<T>(db);
     }
   });
 }
@@ -112,9 +130,10 @@ void CpuBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) 
   const std::size_t row = static_cast<std::size_t>(c) * dtype_size(table.dtype());
   const char* src = static_cast<const char*>(table.raw_data());
   char* dst = static_cast<char*>(out.raw_data());
-  for (std::int64_t i = 0, n = ids.numel(); i < n; ++i)
+  parallel_for_each(ids.numel(), static_cast<double>(c) / 4, [&](std::int64_t i) {
     std::memcpy(dst + static_cast<std::size_t>(i) * row,
                 src + static_cast<std::size_t>(id[i]) * row, row);
+  });
 }
 
 void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& grad_out, Tensor& grad_table) {
@@ -122,11 +141,16 @@ void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& grad_out, T
     using T = decltype(t);
     const std::int64_t c = grad_table.size(-1);
     const std::int64_t* id = ids.data<std::int64_t>();
-    for (std::int64_t i = 0, n = ids.numel(); i < n; ++i) {
-      const T* g = grad_out.data<T>() + i * c;
-      T* dst = grad_table.data<T>() + id[i] * c;
-      for (std::int64_t j = 0; j < c; ++j) dst[j] += g[j];
-    }
+    const std::int64_t n = ids.numel();
+    // Blocks of columns on the intra-op threads: a repeated id adds to its row in token order.
+    cpu::parallel_for(c, std::max<std::int64_t>(64, cpu::grain_for(static_cast<double>(n))),
+                      [&](std::int64_t j0, std::int64_t j1) {
+                        for (std::int64_t i = 0; i < n; ++i) {
+                          const T* g = grad_out.data<T>() + i * c;
+                          T* dst = grad_table.data<T>() + id[i] * c;
+                          for (std::int64_t j = j0; j < j1; ++j) dst[j] += g[j];
+                        }
+                      });
   });
 }
 
@@ -136,7 +160,7 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
     using T = decltype(t);
     const std::int64_t v = logits.size(-1), rows = targets.numel();
     const std::int64_t* tgt = targets.data<std::int64_t>();
-    for (std::int64_t r = 0; r < rows; ++r) {
+    parallel_for_each(rows, 8.0 * static_cast<double>(v), [&](std::int64_t r) {
       const T* z = logits.data<T>() + r * v;
       const T max = *std::max_element(z, z + v);
       double sum = 0.0;
@@ -144,7 +168,7 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
       const double lse = max + std::log(sum);
       logsumexp.data<T>()[r] = static_cast<T>(lse);
       losses.data<T>()[r] = tgt[r] == ignore_index ? T(0) : static_cast<T>(lse - z[tgt[r]]);
-    }
+    });
   });
 }
 
@@ -155,17 +179,17 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
     using T = decltype(t);
     const std::int64_t v = logits.size(-1), rows = targets.numel();
     const std::int64_t* tgt = targets.data<std::int64_t>();
-    for (std::int64_t r = 0; r < rows; ++r) {
+    parallel_for_each(rows, 8.0 * static_cast<double>(v), [&](std::int64_t r) {
       const T* z = logits.data<T>() + r * v;
       T* dz = grad_logits.data<T>() + r * v;
       if (tgt[r] == ignore_index) {
         std::fill(dz, dz + v, T(0));
-        continue;
+        return;
       }
       const T lse = logsumexp.data<T>()[r], s = static_cast<T>(scale);
       for (std::int64_t j = 0; j < v; ++j) dz[j] = s * std::exp(z[j] - lse);
       dz[tgt[r]] -= s;
-    }
+    });
   });
 }
 
@@ -176,8 +200,9 @@ void CpuBackend::dropout_mask(std::uint64_t seed, std::uint64_t stream, std::uin
     Philox rng(seed, stream);
     const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
     T* m = mask.data<T>();
-    for (std::int64_t i = 0, n = mask.numel(); i < n; ++i)
+    parallel_for_each(mask.numel(), 8, [&](std::int64_t i) {
       m[i] = rng.uniform_at(offset + static_cast<std::uint64_t>(i)) >= p ? keep_scale : T(0);
+    });
   });
 }
 
