@@ -6,6 +6,7 @@
 
 #include <Eigen/Core>
 #include <iostream>
+#include <thread>
 
 namespace tinyscale::app {
 
@@ -25,7 +26,8 @@ void add_info(CLI::App& app) {
   info->callback([] {
     std::cout << version_line() << "\n"
               << "  CPU backend: Eigen " << EIGEN_WORLD_VERSION << "." << EIGEN_MAJOR_VERSION << "."
-              << EIGEN_MINOR_VERSION << ", one thread per rank\n"
+              << EIGEN_MINOR_VERSION << ", " << std::thread::hardware_concurrency()
+              << " cores shared by the ranks (train.threads per rank)\n"
               << "  CUDA kernels compiled: " << (cuda_compiled() ? "yes" : "no") << "\n"
               << "  communication backends: threads"
               << (comm::built_with_mpi() ? ", mpi" : ", mpi not built (no Open MPI found)")

@@ -240,6 +240,7 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
         {"steps", trainer.step()},
         {"steps_run", ran},
         {"ranks", ranks},
+        {"threads_per_rank", on_cpu ? threads : 0},
         {"seconds", total_seconds},
         {"tokens_per_s", tokens_per_s},
         {"mfu", mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr)},

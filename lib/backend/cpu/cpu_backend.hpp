@@ -1,7 +1,8 @@
 // The CPU backend on Eigen (chapter 01).
-// One thread per rank: ranks are the parallelism, so Eigen never spawns threads of its own
-// (EIGEN_DONT_PARALLELIZE). Loops are plain and row-wise so a reader can check them against the
-// formulas; the only library call is Eigen's GEMM. Reductions accumulate in double.
+// Loops are plain and row-wise so a reader can check them against the formulas; the only library
+// call is Eigen's GEMM. Reductions accumulate in double.
+// A rank's kernels split their loops over its intra-op threads (intra_op.hpp, chapter 02); Eigen
+// never spawns threads of its own (EIGEN_DONT_PARALLELIZE), and no split changes a result.
 #pragma once
 
 #include "backend/backend.hpp"

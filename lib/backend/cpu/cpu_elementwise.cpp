@@ -3,8 +3,6 @@
 #include "backend/cpu/intra_op.hpp"
 #include "backend/memory_counter.hpp"
 
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -108,27 +106,6 @@ template <typename T> T apply_unary(UnaryOp op, T x, T s) {
   case UnaryOp::Relu: return x > T(0) ? x : T(0);
   }
   return T(0);
-}
-
-// GELU and its gradient on float32 through Eigen's vectorised tanh (a rational approximation
-// within a few ulp of std::tanh; std::tanh is most of a scalar GELU's time). float64, the
-// gradient checks' type, keeps the scalar formula above.
-using ArrayF = Eigen::Array<float, Eigen::Dynamic, 1>;
-
-void gelu_f32(const float* x, float* y, std::int64_t n) {
-  const Eigen::Map<const ArrayF> in(x, n);
-  Eigen::Map<ArrayF> out(y, n);
-  constexpr auto k = static_cast<float>(kGeluK), c = static_cast<float>(kGeluC);
-  out = 0.5f * in * (1.0f + (k * (in + c * in.cube())).tanh());
-}
-
-void gelu_grad_f32(const float* x, const float* grad_out, float* grad_in, std::int64_t n) {
-  const Eigen::Map<const ArrayF> v(x, n), g(grad_out, n);
-  Eigen::Map<ArrayF> out(grad_in, n);
-  constexpr auto k = static_cast<float>(kGeluK), c = static_cast<float>(kGeluC);
-  const ArrayF th = (k * (v + c * v.cube())).tanh();
-  out = g *
-        (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th.square()) * k * (1.0f + 3.0f * c * v.square()));
 }
 
 } // namespace
@@ -243,13 +220,6 @@ void CpuBackend::unary(UnaryOp op, const Tensor& a, double scalar, Tensor& out) 
                                 op == UnaryOp::Log || op == UnaryOp::PowScalar
                             ? 16
                             : 1;
-    if constexpr (std::is_same_v<T, float>) {
-      if (op == UnaryOp::Gelu) {
-        cpu::parallel_for(out.numel(), cpu::grain_for(cost),
-                          [&](std::int64_t b, std::int64_t e) { gelu_f32(pa + b, po + b, e - b); });
-        return;
-      }
-    }
     parallel_for_each(out.numel(), cost,
                       [&](std::int64_t i) { po[i] = apply_unary(op, pa[i], s); });
   });
@@ -262,14 +232,6 @@ void CpuBackend::activation_grad(ActivationGrad op, const Tensor& x, const Tenso
     const T* px = x.data<T>();
     const T* pg = grad_out.data<T>();
     T* pi = grad_in.data<T>();
-    if constexpr (std::is_same_v<T, float>) {
-      if (op == ActivationGrad::Gelu) {
-        cpu::parallel_for(x.numel(), cpu::grain_for(16), [&](std::int64_t b, std::int64_t e) {
-          gelu_grad_f32(px + b, pg + b, pi + b, e - b);
-        });
-        return;
-      }
-    }
     parallel_for_each(x.numel(), op == ActivationGrad::Relu ? 1 : 16, [&](std::int64_t i) {
       const T v = px[i];
       T d;
