@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <sys/resource.h>
 
 namespace tinyscale::app {
 
@@ -25,6 +26,13 @@ struct BenchTrainOptions {
   double peak_gflops = 0;
   int threads = 0; // 0: train.threads, else TINYSCALE_THREADS, else every core
 };
+
+// Minor page faults of this process so far (getrusage).
+long minor_page_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
 
 void run_bench_train(const BenchTrainOptions& opt) {
   io::RunConfig config = io::load_config(opt.config, opt.overrides);
@@ -54,6 +62,7 @@ void run_bench_train(const BenchTrainOptions& opt) {
               static_cast<long long>(t.seq_len));
   for (std::int64_t i = 0; i < opt.warmup; ++i) trainer.train_step();
   std::vector<double> seconds, forward, backward, optimizer;
+  const long faults_before = minor_page_faults();
   for (std::int64_t i = 0; i < opt.steps; ++i) {
     const train::StepResult r = trainer.train_step();
     seconds.push_back(r.seconds);
@@ -61,6 +70,7 @@ void run_bench_train(const BenchTrainOptions& opt) {
     backward.push_back(r.backward_seconds);
     optimizer.push_back(r.optimizer_seconds);
   }
+  const long faults = minor_page_faults() - faults_before;
   const double step_s = median(seconds);
   const double tokens_per_s = static_cast<double>(t.batch_size * t.seq_len) / step_s;
   const double flops = trainer.flops_per_token();
@@ -86,6 +96,10 @@ void run_bench_train(const BenchTrainOptions& opt) {
        {std::pair{"forward", f}, std::pair{"backward", b}, std::pair{"clip norm + optimizer", o},
         std::pair{"other", other}})
     std::printf("| %s | %.3f s | %.0f%% |\n", name, seconds_of, 100.0 * seconds_of / step_s);
+  // Fresh pages the timed steps touched, each faulted in and zeroed by the kernel: the host block
+  // cache (lib/backend/cpu/host_blocks.hpp) reuses the large buffers of the steps before.
+  std::printf("\npage faults: %ld in the %lld timed steps (%.0f MiB of fresh pages)\n", faults,
+              static_cast<long long>(opt.steps), static_cast<double>(faults) * 4096.0 / 1048576.0);
 }
 } // namespace
 

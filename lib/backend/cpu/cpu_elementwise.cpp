@@ -1,5 +1,6 @@
 // CPU backend, part 1: memory, elementwise ops with broadcasting, reductions and layout copies.
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/host_blocks.hpp"
 #include "backend/cpu/intra_op.hpp"
 #include "backend/memory_counter.hpp"
 
@@ -111,12 +112,9 @@ template <typename T> T apply_unary(UnaryOp op, T x, T s) {
 } // namespace
 
 std::shared_ptr<void> CpuBackend::allocate(std::size_t bytes) {
-  std::size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  TS_CHECK(p != nullptr, "cpu allocate: expected ", bytes, " bytes of host memory, found the ",
-           "allocation refused; reduce the batch or model size");
-  // Counted only inside a CountAllocations scope (bench tp's activation memory).
-  return counted_buffer(p, bytes, [](void* q) { std::free(q); });
+  // Large blocks come from and go back to a cache (host_blocks.hpp); counted only inside a
+  // CountAllocations scope (bench tp's activation memory).
+  return counted_buffer(cpu::allocate_block(bytes), bytes, cpu::release_block);
 }
 
 void CpuBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
