@@ -61,7 +61,7 @@ void run_bench_train(const BenchTrainOptions& opt) {
               m.moe.every > 0 ? " MoE" : "", static_cast<long long>(t.batch_size),
               static_cast<long long>(t.seq_len));
   for (std::int64_t i = 0; i < opt.warmup; ++i) trainer.train_step();
-  std::vector<double> seconds, forward, backward, optimizer;
+  std::vector<double> seconds, forward, backward, optimizer, other;
   const long faults_before = minor_page_faults();
   for (std::int64_t i = 0; i < opt.steps; ++i) {
     const train::StepResult r = trainer.train_step();
@@ -69,6 +69,8 @@ void run_bench_train(const BenchTrainOptions& opt) {
     forward.push_back(r.forward_seconds);
     backward.push_back(r.backward_seconds);
     optimizer.push_back(r.optimizer_seconds);
+    other.push_back(
+        std::max(0.0, r.seconds - r.forward_seconds - r.backward_seconds - r.optimizer_seconds));
   }
   const long faults = minor_page_faults() - faults_before;
   const double step_s = median(seconds);
@@ -89,12 +91,12 @@ void run_bench_train(const BenchTrainOptions& opt) {
   std::printf("%s%s\n", metrics::format_mfu(flops, tokens_per_s, peak, cores).c_str(),
               cores > 1 ? (" per core, " + std::to_string(cores) + " cores").c_str() : "");
   // Where a step goes (medians of each phase; one rank, so no communication).
-  const double f = median(forward), b = median(backward), o = median(optimizer);
-  const double other = std::max(0.0, step_s - f - b - o);
+  const double f = median(forward), b = median(backward), o = median(optimizer),
+               rest = median(other);
   std::printf("\n| phase | time (median) | share of the step |\n|---|---|---|\n");
   for (const auto& [name, seconds_of] :
        {std::pair{"forward", f}, std::pair{"backward", b}, std::pair{"clip norm + optimizer", o},
-        std::pair{"other", other}})
+        std::pair{"other", rest}})
     std::printf("| %s | %.3f s | %.0f%% |\n", name, seconds_of, 100.0 * seconds_of / step_s);
   // Fresh pages the timed steps touched, each faulted in and zeroed by the kernel: the host block
   // cache (lib/backend/cpu/host_blocks.hpp) reuses the large buffers of the steps before.
