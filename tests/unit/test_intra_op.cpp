@@ -80,7 +80,7 @@ io::RunConfig wide_run() { // wide enough that GEMMs, rows and elementwise kerne
   c.model.n_positions = 64;
   c.model.n_layer = 2;
   c.model.n_head = 4;
-  c.model.n_embd = 256;
+  c.model.n_embd = 128; // [256, 128] x [128, 512] and the like: the linear layers are cut
   c.model.dropout = 0.1;
   c.data.markov_train_tokens = 8192;
   c.data.markov_val_tokens = 1024;
