@@ -39,6 +39,7 @@ struct TrainOptions {
   bool resume_latest = false;
   bool auto_resume = false;
   double peak_gflops = 0;
+  int threads = 0; // 0: train.threads, else TINYSCALE_THREADS, else the cores per rank
   bool list_keys = false;
   mesh::ParallelPlan plan; // --dp, --tp, --pp, --ep, --zero and their options
   std::int64_t bucket_kb = 256;
@@ -261,6 +262,7 @@ void run_train(TrainOptions opt) {
            "found none; `tinyscale train --list-keys` lists every key a config may set");
   io::RunConfig config = io::load_config(opt.config, opt.overrides);
   if (opt.peak_gflops > 0) config.train.peak_gflops = opt.peak_gflops;
+  if (opt.threads > 0) config.train.threads = opt.threads;
   mesh::ParallelPlan& plan = opt.plan;
   plan.bucket_bytes = opt.bucket_kb * 1024;
   plan.overlap = !opt.no_overlap;
@@ -313,6 +315,11 @@ void add_train(CLI::App& app) {
   resume->expected(0, 1);
   cmd->add_option("--peak-gflops", opt->peak_gflops,
                   "Peak GF/s of this device for MFU (default: the cached `tinyscale bench peak`)");
+  cmd->add_option(
+         "--threads", opt->threads,
+         "CPU threads per rank for its kernels (train.threads; default: TINYSCALE_THREADS, "
+         "else this machine's cores divided by its ranks); results do not depend on it")
+      ->check(CLI::Range(0, 4096));
   cmd->add_flag(
       "--auto-resume", opt->auto_resume,
       "Resume when the checkpoint folder (--resume DIR, else train.checkpoint_dir) holds a "

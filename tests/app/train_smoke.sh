@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end check of the `tinyscale` program (label app): a short training run with metrics and
-# checkpoints, a resume that continues where it stopped, a data-parallel run (--dp 2 --trace) whose
+# checkpoints, a resume that continues where it stopped, the same run on 1 and 3 intra-op threads
+# (bit for bit), a data-parallel run (--dp 2 --trace) whose
 # losses equal the single-rank run's and whose trace `tinyscale trace` draws,
 # tensor, expert-parallel and ZeRO runs that equal their references, an export to the
 # Hugging Face layout, and a config typo that is refused with a suggestion.
@@ -31,6 +32,18 @@ grep -q "resumed from" "$work/resumed.txt" || fail "resume did not say so"
 tail_losses() { grep '"step"' "$1" | tail -3 | sed 's/.*"loss":\([^,]*\).*/\1/'; }
 [ "$(tail_losses "$work/full.jsonl")" = "$(tail_losses "$work/resumed.jsonl")" ] ||
   fail "resumed losses differ from the uninterrupted run"
+
+# intra-op threads: --threads 1 and TINYSCALE_THREADS=3 train bit for bit what the default did
+all_losses() { grep '"step"' "$1" | sed 's/.*"grad_norm":\([^,]*\),.*"loss":\([^,]*\),.*/\2 \1/'; }
+"$bin" train "${common[@]}" --set "train.checkpoint_dir=\"$work/ckpt_t1\"" --threads 1 \
+  --metrics "$work/t1.jsonl" > "$work/t1.txt"
+grep -q "^threads: 1 per rank" "$work/t1.txt" || fail "--threads 1 did not say so"
+TINYSCALE_THREADS=3 "$bin" train "${common[@]}" --set "train.checkpoint_dir=\"$work/ckpt_t3\"" \
+  --metrics "$work/t3.jsonl" > "$work/t3.txt"
+grep -q "^threads: 3 per rank" "$work/t3.txt" || fail "TINYSCALE_THREADS=3 did not say so"
+[ "$(all_losses "$work/full.jsonl")" = "$(all_losses "$work/t1.jsonl")" ] &&
+  [ "$(all_losses "$work/full.jsonl")" = "$(all_losses "$work/t3.jsonl")" ] ||
+  fail "losses or norms depend on the thread count"
 
 # data parallel on 2 thread ranks: same losses (rel 1e-5: the ranks sum in another order), a trace
 "$bin" train "${common[@]}" --set "train.checkpoint_dir=\"$work/ckpt_dp\"" --dp 2 \
