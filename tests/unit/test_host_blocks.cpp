@@ -20,7 +20,7 @@ constexpr bool kCacheOn = true;
 #endif
 } // namespace
 
-TEST_CASE("A freed large tensor's block serves the next tensor of its size; small ones are not "
+TEST_CASE("A freed large tensor's block serves the next tensor of its size, and small ones are not "
           "cached",
           "[unit][host_blocks]") {
   if (const char* env = std::getenv("TINYSCALE_HOST_CACHE"); env && std::string(env) == "0")
