@@ -1,6 +1,8 @@
 // Chapter 04's proof under mpirun -np 4 (label mpi): the same comparisons as
 // tests/parallel/test_dp_equivalence.cpp, with real processes. DP = 4 uses the world; DP = 2 runs
-// twice side by side, on the two halves of the world (a split), each against one rank.
+// twice side by side, on the two halves of the world (a split), each against one rank; and
+// processes with two intra-op threads each train bit for bit what they train on one.
+#include "backend/cpu/intra_op.hpp"
 #include "dp_equivalence.hpp"
 #include "mpi_world.hpp"
 
@@ -38,4 +40,21 @@ TEST_CASE("mpi: data parallel on 2 processes (each half of the world) equals one
 TEST_CASE("mpi: leaving out one bucket's all-reduce breaks the equivalence", "[dp]") {
   auto world = mpi_world();
   CHECK_FALSE(dp_difference(*world, 1, 1, false, {16 << 10, true, 2}).empty());
+}
+
+TEST_CASE("mpi: processes with 2 intra-op threads each train bit for bit what they train on one "
+          "thread each",
+          "[dp][intra_op]") {
+  auto world = mpi_world();
+  io::RunConfig config = dp_run_config(world->size(), 1, 1, false);
+  config.model.n_embd = 128; // wide enough that the kernels are cut into several chunks
+  config.model.n_head = 4;
+  config.model.n_positions = config.train.seq_len = 32;
+  auto run_on = [&](int threads) {
+    cpu::IntraOpThreads scope(threads);
+    return dp_run(*world, config);
+  };
+  const RunRecord one = run_on(1);
+  const RunRecord two = run_on(2);
+  CHECK(compare_runs(one, two, 0.0) == "");
 }
