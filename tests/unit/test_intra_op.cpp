@@ -17,7 +17,9 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 using namespace tinyscale;
@@ -38,6 +40,21 @@ std::set<std::pair<std::int64_t, std::int64_t>> chunks_of(int threads, std::int6
   });
   CHECK(calls == static_cast<int>(seen.size())); // no chunk twice
   return seen;
+}
+
+// "" when a and b are bitwise equal, else where they first differ (Catch would print both
+// vectors whole, hundreds of thousands of numbers, which takes minutes).
+std::string first_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size())
+    return "sizes " + std::to_string(a.size()) + " and " + std::to_string(b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) {
+      std::ostringstream out;
+      out.precision(17);
+      out << "element " << i << ": " << a[i] << " against " << b[i];
+      return out.str();
+    }
+  return "";
 }
 
 Tensor random_tensor(const Shape& shape, std::uint64_t seed, DType dtype = DType::Float32) {
@@ -210,7 +227,7 @@ TEST_CASE("GEMMs cut into blocks of rows, of columns or of a batch give bitwise 
       const Tensor one = gemm_on(1, g, a, b);
       for (int threads : {2, 3, 4}) {
         INFO(threads << " threads");
-        CHECK(gemm_on(threads, g, a, b).to_vector() == one.to_vector());
+        CHECK(first_difference(gemm_on(threads, g, a, b).to_vector(), one.to_vector()) == "");
       }
       if (g.beta == 0)
         CHECK(max_error_against_double(g, a, b, one) < (dtype == DType::Float32 ? 1e-3 : 1e-10));
@@ -243,9 +260,9 @@ TEST_CASE("Training steps on 2 and 3 intra-op threads give one thread's losses, 
   const Trained one = train_on(1, config);
   const Trained two = train_on(2, config);
   const Trained three = train_on(3, config);
-  CHECK(two.losses == one.losses);
-  CHECK(two.norms == one.norms);
-  CHECK(two.params == one.params);
-  CHECK(three.losses == one.losses);
-  CHECK(three.params == one.params);
+  CHECK(first_difference(two.losses, one.losses) == "");
+  CHECK(first_difference(two.norms, one.norms) == "");
+  CHECK(first_difference(two.params, one.params) == "");
+  CHECK(first_difference(three.losses, one.losses) == "");
+  CHECK(first_difference(three.params, one.params) == "");
 }
