@@ -13,7 +13,6 @@
 #include <Eigen/Core>
 
 #include <algorithm>
-#include <tuple>
 
 namespace tinyscale {
 
@@ -60,9 +59,6 @@ void gemm_block(const GemmArgs& g, const T* pa, const T* pb, T* pc, std::int64_t
 template <typename T> void gemm_typed(const GemmArgs& g, const T* pa, const T* pb, T* pc) {
   const double flops =
       2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
-  auto matrix = [&](std::int64_t i) {
-    return std::tuple{pa + i * g.stride_a, pb + i * g.stride_b, pc + i * g.stride_c};
-  };
   const int threads = cpu::intra_op_threads();
   const bool by_rows = g.m >= g.n;
   const std::int64_t extent = by_rows ? g.m : g.n, across = by_rows ? g.n : g.m;
@@ -70,10 +66,9 @@ template <typename T> void gemm_typed(const GemmArgs& g, const T* pa, const T* p
       across < kBlockAlign) { // whole matrices, a batch spread over the threads
     cpu::parallel_for(g.batch, cpu::grain_for(flops, kMinParallelFlops),
                       [&](std::int64_t begin, std::int64_t end) {
-                        for (std::int64_t i = begin; i < end; ++i) {
-                          auto [a, b, c] = matrix(i);
-                          gemm_block(g, a, b, c, 0, g.m, 0, g.n);
-                        }
+                        for (std::int64_t i = begin; i < end; ++i)
+                          gemm_block(g, pa + i * g.stride_a, pb + i * g.stride_b,
+                                     pc + i * g.stride_c, 0, g.m, 0, g.n);
                       });
     return;
   }
@@ -81,12 +76,11 @@ template <typename T> void gemm_typed(const GemmArgs& g, const T* pa, const T* p
   const std::int64_t parts = std::min<std::int64_t>(threads, extent / kBlockAlign);
   const std::int64_t lines = (extent + parts - 1) / parts;
   const std::int64_t block = (lines + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
-  auto [a, b, c] = matrix(0);
   cpu::parallel_for(extent, block, [&](std::int64_t begin, std::int64_t end) {
     if (by_rows)
-      gemm_block(g, a, b, c, begin, end, 0, g.n);
+      gemm_block(g, pa, pb, pc, begin, end, 0, g.n);
     else
-      gemm_block(g, a, b, c, 0, g.m, begin, end);
+      gemm_block(g, pa, pb, pc, 0, g.m, begin, end);
   });
 }
 
