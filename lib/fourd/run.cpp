@@ -32,14 +32,25 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
            "need --pp 2 or more, found --pp ",
            plan.pp);
   const int D = std::max(1, plan.dp);
+  // What runs on a GPU today: one rank, and --tp (accepted, not yet run on one). The others keep
+  // buckets, pipeline buffers or optimizer shards in host memory, so they are refused here, from
+  // the config, before a GPU or a rank is touched.
+  const char* host_only = plan.composed() ? "a composed run (chapter 10)"
+                          : plan.pp > 1   ? "--pp"
+                          : plan.zero > 0 ? "--zero"
+                          : plan.ep > 1   ? "--ep"
+                          : D > 1         ? "--dp"
+                                          : nullptr;
+  TS_CHECK(config.train.device == "cpu" || host_only == nullptr, "train: train.device = \"",
+           config.train.device, "\" with ", host_only,
+           ": this version trains on a GPU with one rank only (--tp is accepted there, not yet "
+           "run); data, pipeline and ZeRO parallelism keep their buffers in host memory. Set "
+           "train.device = \"cpu\", or leave out ",
+           host_only);
   if (plan.composed()) {
     TS_CHECK(plan.zero <= 1, "train: --zero ", plan.zero, " in a composed run (--tp, --pp, --ep, ",
              "--order or --topology): this version composes ZeRO stage 1 only (stages 2 and 3 ",
              "run over --dp alone, chapter 07); use --zero 1");
-    TS_CHECK(config.train.device == "cpu", "train: train.device = \"", config.train.device,
-             "\": a composed run (chapter 10) runs on the CPU in this version (its pipeline ",
-             "executor keeps activations in host memory); the single-axis runs --dp, --tp, --ep ",
-             "and the single rank are the ones that may run on a GPU");
     TS_CHECK(plan.pp_blocks != "measured", "train: --pp-blocks measured times the layers of one ",
              "rank's whole model, not of a composed run's shards; give the cut by hand (e.g. ",
              "--pp-blocks 3,2) or leave it out for an even one");
