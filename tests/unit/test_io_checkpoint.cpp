@@ -409,6 +409,20 @@ TEST_CASE("retention keeps the newest keep_last checkpoints and every keep_every
   REQUIRE_TS_ERROR(prune_checkpoints(r, Retention{-1, 0}), Contains("keep_last >= 0"));
 }
 
+TEST_CASE("retention never touches a save still being written (another writer's hidden folder)",
+          "[unit]") {
+  testing::ScratchDir root;
+  const std::string r = root.path().string();
+  for (std::int64_t step = 1; step <= 3; ++step) write_checkpoint(r, sample(step));
+  // A save of step 4 in progress: its files are still going into a hidden folder.
+  const fs::path in_progress = root / ".step_00000004.tmp-99999";
+  fs::create_directories(in_progress);
+  std::ofstream(in_progress / "model.safetensors") << "half written";
+  CHECK(prune_checkpoints(r, Retention{1, 0}) == std::vector<std::int64_t>{1, 2});
+  CHECK(checkpoint_steps(r) == std::vector<std::int64_t>{3});
+  CHECK(fs::exists(in_progress / "model.safetensors"));
+}
+
 TEST_CASE("holds_checkpoint: false for a missing or empty folder, true once a save ended, and "
           "an error for step directories without latest",
           "[unit]") {
