@@ -25,7 +25,8 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
 /// this rank's run of `plan`. One axis runs its chapter's trainer; no axis, a data-parallel run
 /// over `world` (one rank included: `tinyscale train` runs a lone rank on chapter 02's Trainer
 /// without this, train::make_single_rank_run); several axes, an explicit order or a topology
-/// compose on one mesh (chapter 10). `trace_path` records a Chrome trace (data-parallel, pipeline and composed runs).
+/// compose on one mesh (chapter 10). `trace_path` records a Chrome trace (data-parallel, pipeline
+/// and composed runs).
 std::unique_ptr<train::RankRun> make_run(const mesh::ParallelPlan& plan,
                                          const io::RunConfig& config, comm::Communicator& world,
                                          const std::string& trace_path = "");
