@@ -46,7 +46,8 @@ const std::vector<std::string> kOps{"all_reduce", "reduce_scatter", "all_gather"
 
 /// busbw / algbw for `op` on `n` ranks (nccl-tests, doc/PERFORMANCE.md; docs/theory.md sec. 3).
 double bus_factor(const std::string& op, int n) {
-  if (op == "all_reduce" || op == "ring_all_reduce" || op == "MPI_Allreduce")
+  if (op == "all_reduce" || op == "ring_all_reduce" || op == "MPI_Allreduce" ||
+      op.rfind("all_reduce_async", 0) == 0)
     return 2.0 * (n - 1) / n;
   if (op == "reduce_scatter" || op == "all_gather" || op == "all_to_all")
     return static_cast<double>(n - 1) / n;
@@ -92,6 +93,16 @@ void call_op(comm::Communicator& c, const std::string& op, Buffers& buf, std::in
 #ifdef TINYSCALE_HAVE_MPI
     auto& mpi = dynamic_cast<comm::MpiCommunicator&>(c);
     comm::ring_all_reduce(mpi.transport(), a, count, DType::Float32, comm::ReduceOp::Sum);
+#endif
+  } else if (op == "all_reduce_async" || op == "all_reduce_async_poll") {
+#ifdef TINYSCALE_HAVE_MPI
+    // The asynchronous path, waited at once: on the collective thread, or polled by MPI_Test.
+    auto& mpi = dynamic_cast<comm::MpiCommunicator&>(c);
+    const comm::MpiProgress before = mpi.progress();
+    mpi.set_progress(op == "all_reduce_async" ? comm::MpiProgress::Thread
+                                              : comm::MpiProgress::Poll);
+    mpi.all_reduce_async(a, b, count, DType::Float32, comm::ReduceOp::Sum)->wait();
+    mpi.set_progress(before);
 #endif
   } else if (op == "MPI_Allreduce") {
 #ifdef TINYSCALE_HAVE_MPI
@@ -163,7 +174,9 @@ void print_tables(const std::vector<Row>& rows, int n) {
   std::printf("| op | bytes | iters | time (us) | algbw (GB/s) | busbw (GB/s) | memcpy (GB/s) |\n"
               "|---|---|---|---|---|---|---|\n");
   for (const Row& row : rows) {
-    if (row.op == "ring_all_reduce" || row.op == "MPI_Allreduce") continue;
+    if (row.op == "ring_all_reduce" || row.op == "MPI_Allreduce" ||
+        row.op.rfind("all_reduce_async", 0) == 0)
+      continue;
     const double algbw = gbps(row.bytes, row.seconds);
     std::printf("| %s | %s | %d | %.1f | %.2f | %.2f | %.2f |\n", row.op.c_str(),
                 human_bytes(row.bytes).c_str(), row.iters, row.seconds * 1e6, algbw,
@@ -194,6 +207,31 @@ void print_tables(const std::vector<Row>& rows, int n) {
                 ring.seconds * 1e6, gbps(ring.bytes, ring.seconds) * bus_factor(ring.op, n),
                 raw->seconds / ring.seconds, backend->seconds / ring.seconds);
   }
+#ifdef TINYSCALE_HAVE_MPI
+  // Under MPI with MPI_THREAD_MULTIPLE: the asynchronous all-reduce, both ways, against the
+  // blocking MPI_Allreduce of the same size.
+  header = false;
+  for (const Row& thread : rows) {
+    if (thread.op != "all_reduce_async") continue;
+    const Row* raw = find("MPI_Allreduce", thread.bytes);
+    const Row* poll = find("all_reduce_async_poll", thread.bytes);
+    if (!raw || !poll) continue;
+    if (!header)
+      std::printf("\nasynchronous all-reduce (all_reduce_async, then wait) against MPI_Allreduce "
+                  "(blocking, called directly); ratio = busbw / MPI_Allreduce's busbw; thread: on "
+                  "the group's collective thread (the default) from %s up, poll: "
+                  "MPI_Iallreduce advanced by MPI_Test\n\n"
+                  "| bytes | MPI_Allreduce busbw (GB/s) | thread busbw (GB/s) | thread ratio "
+                  "| poll busbw (GB/s) | poll ratio |\n|---|---|---|---|---|---|\n",
+                  human_bytes(comm::MpiCommunicator::kThreadMinBytes).c_str());
+    header = true;
+    const double f = bus_factor("all_reduce", n);
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", human_bytes(thread.bytes).c_str(),
+                gbps(thread.bytes, raw->seconds) * f, gbps(thread.bytes, thread.seconds) * f,
+                raw->seconds / thread.seconds, gbps(thread.bytes, poll->seconds) * f,
+                raw->seconds / poll->seconds);
+  }
+#endif
 }
 
 void write_json(const std::string& path, const std::string& command, const std::string& backend,
@@ -268,6 +306,12 @@ void run_bench_comm(const BenchCommOptions& opt) {
       if (ring) {
         ops.push_back("MPI_Allreduce");
         ops.push_back("ring_all_reduce");
+#ifdef TINYSCALE_HAVE_MPI
+        if (dynamic_cast<comm::MpiCommunicator&>(world).progress() == comm::MpiProgress::Thread) {
+          ops.push_back("all_reduce_async");
+          ops.push_back("all_reduce_async_poll");
+        }
+#endif
       }
       for (const std::string& op : ops) {
         rows.push_back(time_op(world, op, buf, bytes, opt.iters));

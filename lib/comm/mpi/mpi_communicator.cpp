@@ -1,5 +1,7 @@
-// MpiCommunicator: identity and the collectives, each one MPI nonblocking collective waited on
-// with a deadline (chapter 04). How the in-place conventions of communicator.hpp map onto MPI:
+// MpiCommunicator: identity and the collectives (chapter 04). Each is either MPI's blocking call
+// run by the group's collective thread, or MPI's nonblocking call polled by the caller; either
+// way the caller waits with a deadline. How the in-place conventions of communicator.hpp map
+// onto MPI:
 //   all_reduce      send == recv                   -> MPI_IN_PLACE as the send buffer
 //   all_gather      send == recv + rank * count    -> MPI_IN_PLACE (MPI reads block `rank`)
 //   reduce_scatter  recv == send + rank * count    -> NOT MPI_IN_PLACE: that would leave the result
@@ -12,6 +14,7 @@
 #include "core/error.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -24,7 +27,26 @@ const char* at(const void* base, std::int64_t elements, DType dtype) {
   return static_cast<const char*>(base) + elements * static_cast<std::int64_t>(dtype_size(dtype));
 }
 
+/// The progress a new group starts with: TINYSCALE_MPI_PROGRESS (thread or poll) when set, else
+/// Thread where MPI allows it.
+MpiProgress default_progress(bool thread_multiple) {
+  const char* env = std::getenv("TINYSCALE_MPI_PROGRESS");
+  if (env == nullptr) return thread_multiple ? MpiProgress::Thread : MpiProgress::Poll;
+  const std::string value = env;
+  TS_CHECK(value == "thread" || value == "poll",
+           "TINYSCALE_MPI_PROGRESS: expected thread or poll, found '", value,
+           "'; unset it to use the collective thread where MPI allows it");
+  TS_CHECK(value == "poll" || thread_multiple,
+           "TINYSCALE_MPI_PROGRESS=thread: the collective thread needs MPI_THREAD_MULTIPLE, which "
+           "this MPI library did not grant; set TINYSCALE_MPI_PROGRESS=poll or unset it");
+  return value == "thread" ? MpiProgress::Thread : MpiProgress::Poll;
+}
+
 } // namespace
+
+const char* progress_name(MpiProgress progress) {
+  return progress == MpiProgress::Thread ? "thread" : "poll";
+}
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world(const CommOptions& options) {
   TS_CHECK(MpiRuntime::live() != nullptr,
@@ -37,6 +59,8 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::world(const CommOptions& optio
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, const CommOptions& options)
     : comm_(comm), name_(std::move(name)), options_(options) {
+  const bool thread_multiple = MpiRuntime::live() && MpiRuntime::live()->thread_multiple();
+  progress_ = default_progress(thread_multiple); // first: it may refuse the environment
   check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
@@ -54,12 +78,18 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, const CommOpti
   MPI_Group_free(&world_group);
   check_mpi(MPI_Comm_dup(comm_, &algorithm_comm_), "MPI_Comm_dup");
   transport_ = std::make_unique<MpiTransport>(algorithm_comm_, *this);
+  if (thread_multiple) {
+    MPI_Comm thread_comm = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_dup(comm_, &thread_comm), "MPI_Comm_dup");
+    collective_thread_ = std::make_unique<MpiCollectiveThread>(thread_comm);
+  }
 }
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized) return; // the MpiRuntime died first; nothing left to free
+  collective_thread_.reset(); // stops the thread first (it frees its own communicator)
+  if (finalized) return;      // the MpiRuntime died first; nothing left to free
   MPI_Comm_free(&algorithm_comm_);
   MPI_Comm_free(&comm_);
 }
@@ -71,6 +101,25 @@ int MpiCommunicator::world_rank(int group_rank) const {
 }
 
 Transport& MpiCommunicator::transport() { return *transport_; }
+
+void MpiCommunicator::set_progress(MpiProgress progress) {
+  TS_CHECK(progress == MpiProgress::Poll || collective_thread_ != nullptr, "set_progress on ",
+           describe(*this),
+           ": the collective thread needs MPI_THREAD_MULTIPLE, which this MPI library did not "
+           "grant; use MpiProgress::Poll");
+  progress_ = progress;
+}
+
+bool MpiCommunicator::on_thread(std::int64_t bytes) const {
+  return progress_ == MpiProgress::Thread && bytes >= kThreadMinBytes;
+}
+
+WorkHandle MpiCommunicator::thread_work(const char* op, std::function<int(MPI_Comm)> run,
+                                        MpiThreadWork::Finish finish) {
+  return std::make_unique<MpiThreadWork>(
+      *this, op, collective_thread_->submit(std::move(run)), std::move(finish),
+      [this, sequence = collectives_++] { return find_missing(sequence); });
+}
 
 WorkHandle MpiCommunicator::collective_work(const char* op, MPI_Request request,
                                             MpiWork::Finish finish) {
@@ -162,11 +211,17 @@ WorkHandle MpiCommunicator::all_reduce_async(const void* send, void* recv, std::
     check_reducible(dtype, op, "all_reduce");
     n = mpi_count(count, "all_reduce");
   });
-  MPI_Request request;
-  check_mpi(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, mpi_datatype(dtype),
-                           mpi_op(op), comm_, &request),
-            "MPI_Iallreduce");
   const int group = size_;
+  const void* source = send == recv ? MPI_IN_PLACE : send;
+  const MPI_Datatype type = mpi_datatype(dtype);
+  const MPI_Op reduction = mpi_op(op);
+  if (on_thread(count * static_cast<std::int64_t>(dtype_size(dtype))))
+    return thread_work(
+        "all_reduce",
+        [=](MPI_Comm c) { return MPI_Allreduce(source, recv, n, type, reduction, c); },
+        [=] { finish_reduction(recv, count, dtype, op, group); });
+  MPI_Request request;
+  check_mpi(MPI_Iallreduce(source, recv, n, type, reduction, comm_, &request), "MPI_Iallreduce");
   return collective_work("all_reduce", request, [=](const MPI_Status&) {
     finish_reduction(recv, count, dtype, op, group);
   });
@@ -194,15 +249,22 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv,
   const std::size_t bytes = static_cast<std::size_t>(recv_count) * dtype_size(dtype);
   auto scratch = std::make_shared<std::vector<char>>(in_place ? bytes : 0);
   void* target = in_place ? static_cast<void*>(scratch->data()) : recv;
-  MPI_Request request;
-  check_mpi(
-      MPI_Ireduce_scatter_block(send, target, n, mpi_datatype(dtype), mpi_op(op), comm_, &request),
-      "MPI_Ireduce_scatter_block");
   const int group = size_;
-  return collective_work("reduce_scatter", request, [=](const MPI_Status&) {
+  const MPI_Datatype type = mpi_datatype(dtype);
+  const MPI_Op reduction = mpi_op(op);
+  auto finish = [=] {
     if (in_place && bytes > 0) std::memcpy(recv, scratch->data(), bytes);
     finish_reduction(recv, recv_count, dtype, op, group);
-  });
+  };
+  if (on_thread(static_cast<std::int64_t>(bytes) * size_))
+    return thread_work(
+        "reduce_scatter",
+        [=](MPI_Comm c) { return MPI_Reduce_scatter_block(send, target, n, type, reduction, c); },
+        finish);
+  MPI_Request request;
+  check_mpi(MPI_Ireduce_scatter_block(send, target, n, type, reduction, comm_, &request),
+            "MPI_Ireduce_scatter_block");
+  return collective_work("reduce_scatter", request, [=](const MPI_Status&) { finish(); });
 }
 
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::int64_t recv_count,
@@ -222,10 +284,13 @@ WorkHandle MpiCommunicator::all_gather_async(const void* send, void* recv, std::
                mpi_count(send_count * size_, "all_gather (the whole receive buffer)");
              });
   const bool in_place = at(recv, static_cast<std::int64_t>(rank_) * send_count, dtype) == send;
+  const void* source = in_place ? MPI_IN_PLACE : send;
+  const MPI_Datatype type = mpi_datatype(dtype);
+  if (on_thread(send_count * size_ * static_cast<std::int64_t>(dtype_size(dtype))))
+    return thread_work(
+        "all_gather", [=](MPI_Comm c) { return MPI_Allgather(source, n, type, recv, n, type, c); });
   MPI_Request request;
-  check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_datatype(dtype), recv, n,
-                           mpi_datatype(dtype), comm_, &request),
-            "MPI_Iallgather");
+  check_mpi(MPI_Iallgather(source, n, type, recv, n, type, comm_, &request), "MPI_Iallgather");
   return collective_work("all_gather", request);
 }
 

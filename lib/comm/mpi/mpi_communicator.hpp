@@ -1,14 +1,17 @@
 // MpiCommunicator: the Communicator of real processes under mpirun (chapter 04).
-// Each collective is MPI's own nonblocking collective (MPI_Iallreduce, ...) polled to the
-// communicator's deadline; Avg is MPI_SUM divided by N afterwards. A second, duplicated MPI
-// communicator carries the textbook algorithms (comm/algorithms.hpp), so that their messages can
-// never match the user's send/recv. The easy thing to get wrong: MPI_IN_PLACE does not mean the
-// same thing for every collective; the in-place conventions of communicator.hpp are mapped one by
-// one in mpi_communicator.cpp.
+// All-reduce, reduce-scatter and all-gather of 64 KiB and more run on the group's collective
+// thread (mpi_collective_thread.hpp) as MPI's blocking calls, so they move data at full speed
+// while the caller computes; everything else is MPI's own nonblocking call (MPI_Ibcast, ...)
+// polled to the communicator's deadline. Avg is MPI_SUM divided by N afterwards. A duplicated
+// MPI communicator carries the textbook algorithms (comm/algorithms.hpp), so that their messages
+// can never match the user's send/recv. The easy thing to get wrong: MPI_IN_PLACE does not mean
+// the same thing for every collective; the in-place conventions of communicator.hpp are mapped
+// one by one in mpi_communicator.cpp.
 #pragma once
 
 #include "comm/algorithms.hpp"
 #include "comm/communicator.hpp"
+#include "comm/mpi/mpi_collective_thread.hpp"
 #include "comm/mpi/mpi_request.hpp"
 
 #include <deque>
@@ -21,6 +24,15 @@
 namespace tinyscale::comm {
 
 class MpiTransport;
+
+/// How the large all-reduce, reduce-scatter and all-gather of a group make progress.
+enum class MpiProgress {
+  Thread, ///< on the group's collective thread, as MPI's blocking call (needs THREAD_MULTIPLE)
+  Poll,   ///< as MPI's nonblocking call, advanced by MPI_Test whenever the caller polls or waits
+};
+
+/// "thread" or "poll".
+const char* progress_name(MpiProgress progress);
 
 /// A group of MPI processes. Needs a live MpiRuntime; one thread at a time may call it.
 class MpiCommunicator final : public Communicator {
@@ -43,6 +55,14 @@ public:
   void set_timeout(std::chrono::milliseconds timeout) override { options_.timeout = timeout; }
   /// Turns checking mode (CommOptions::check_sizes) on or off.
   void set_check_sizes(bool check) { options_.check_sizes = check; }
+  /// Collectives of at least this many bytes (the whole buffer) go to the collective thread.
+  static constexpr std::int64_t kThreadMinBytes = 64 << 10;
+  /// How the large collectives progress: Thread where MPI grants MPI_THREAD_MULTIPLE unless the
+  /// environment variable TINYSCALE_MPI_PROGRESS=poll says otherwise, else Poll.
+  MpiProgress progress() const { return progress_; }
+  /// Chooses the progress of later collectives (every rank of the group must choose the same);
+  /// Thread is an Error when MPI did not grant MPI_THREAD_MULTIPLE.
+  void set_progress(MpiProgress progress);
 
   void all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
                   ReduceOp op) override;
@@ -87,6 +107,11 @@ private:
   void check_peer(const char* op, int peer, int tag) const;
   /// The Work of a started collective `op`.
   WorkHandle collective_work(const char* op, MPI_Request request, MpiWork::Finish finish = {});
+  /// True when a collective over `bytes` (its whole buffer) runs on the collective thread.
+  bool on_thread(std::int64_t bytes) const;
+  /// Queues `run` (the blocking MPI call of collective `op`) on the collective thread.
+  WorkHandle thread_work(const char* op, std::function<int(MPI_Comm)> run,
+                         MpiThreadWork::Finish finish = {});
   /// At the deadline of this group's collective number `sequence`: the ranks that are not in it.
   /// This rank tells every other rank that it waits in that collective, then listens a short
   /// while for the same note from them; whoever sends none never reached the collective. Returns
@@ -101,6 +126,8 @@ private:
   std::vector<int> world_ranks_;
   CommOptions options_;
   std::unique_ptr<MpiTransport> transport_;
+  std::unique_ptr<MpiCollectiveThread> collective_thread_; ///< null without THREAD_MULTIPLE
+  MpiProgress progress_ = MpiProgress::Poll;
   std::int64_t collectives_ = 0;   ///< collectives started on this group so far
   std::deque<std::int64_t> notes_; ///< find_missing's outgoing notes (MPI reads them later)
 };

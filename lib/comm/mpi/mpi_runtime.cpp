@@ -28,7 +28,7 @@ MpiRuntime::MpiRuntime() {
   TS_CHECK(!initialized, "MpiRuntime: MPI was already initialised by someone else in this process; "
                          "let MpiRuntime be the only code that calls MPI_Init");
   int provided = 0;
-  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   // Errors come back as return codes (turned into tinyscale::Error), not as an abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   if (provided < MPI_THREAD_SERIALIZED) {
@@ -36,6 +36,7 @@ MpiRuntime::MpiRuntime() {
     throw Error("MpiRuntime: this MPI library does not provide MPI_THREAD_SERIALIZED; rebuild "
                 "Open MPI with thread support (scripts/setup installs a suitable one)");
   }
+  thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size_), "MPI_Comm_size");
   g_live_runtime = this;

@@ -7,8 +7,10 @@
 
 namespace tinyscale::comm {
 
-/// RAII owner of the MPI library in this process: initialises MPI in the constructor (thread
-/// level MPI_THREAD_SERIALIZED: one thread at a time calls MPI) and finalises it in the destructor.
+/// RAII owner of the MPI library in this process: initialises MPI in the constructor and
+/// finalises it in the destructor. It asks for MPI_THREAD_MULTIPLE, which lets each group's
+/// collective thread (mpi_collective_thread.hpp) call MPI while the rank's own thread does too,
+/// and accepts MPI_THREAD_SERIALIZED (then collectives are polled by the caller instead).
 class MpiRuntime {
 public:
   /// Initialises MPI; an Error when another MpiRuntime lives or MPI was already finalised.
@@ -22,12 +24,16 @@ public:
   /// The number of processes in MPI_COMM_WORLD.
   int world_size() const { return world_size_; }
 
+  /// True when MPI granted MPI_THREAD_MULTIPLE (several threads may call MPI at once).
+  bool thread_multiple() const { return thread_multiple_; }
+
   /// The MpiRuntime alive in this process, or nullptr when there is none.
   static MpiRuntime* live();
 
 private:
   int world_rank_ = 0;
   int world_size_ = 1;
+  bool thread_multiple_ = false;
 };
 
 } // namespace tinyscale::comm
