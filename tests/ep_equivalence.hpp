@@ -39,8 +39,7 @@ inline io::RunConfig ep_run_config(int d, int b, int k, int top_k, double capaci
                                    DType dtype = DType::Float32) {
   io::RunConfig c = dp_run_config(d, b, k, true, dtype);
   c.model.moe = {1, 4, top_k, capacity_factor, 1e-2, 1e-3};
-  c.optim.lr = 1e-4;                                              // see the top of this file
-  if (dtype == DType::Float32) c.optim.eps = kFloat32TestAdamEps; // dp_equivalence.hpp says why
+  c.optim.lr = 1e-4; // see the top of this file
   return c;
 }
 

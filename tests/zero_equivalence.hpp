@@ -17,7 +17,6 @@ inline io::RunConfig zero_run_config(int n, int b, int k, bool moe, DType dtype 
   c.model.vocab_size = 257;
   c.model.n_embd = 30;
   c.model.n_positions = 17;
-  if (dtype == DType::Float32) c.optim.eps = kFloat32TestAdamEps; // dp_equivalence.hpp says why
   return c;
 }
 

@@ -49,8 +49,10 @@ public:
   virtual ~Work() = default;
   /// When the operation ran, once it has finished successfully (nullopt before, or when the
   /// backend cannot tell). threads: the worker thread's own clock readings around the operation.
-  /// mpi: from the call that issued it to the first MPI_Test or wait that saw it complete; MPI
-  /// progresses only inside MPI calls, so that end is an upper bound.
+  /// mpi: a collective run by the group's collective thread, that thread's clock readings around
+  /// the MPI call; any other operation, from the call that issued it to the first MPI_Test or
+  /// wait that saw it complete (MPI progresses only inside MPI calls, so that end is an upper
+  /// bound).
   virtual std::optional<WorkTiming> timing() const { return std::nullopt; }
   /// Blocks until the operation has finished; throws its error, or a timeout Error at the
   /// communicator's deadline. Calling it again after success returns at once.
