@@ -1,9 +1,11 @@
 // `tinyscale bench comm`: the time of each collective per message size, with algbw and busbw as
 // nccl-tests defines them (docs/theory.md sec. 3), beside single-thread memcpy bandwidth of the
 // same bytes measured in the same run; under MPI also the textbook ring all-reduce over MPI
-// send/recv against MPI's own all-reduce (chapter 04). The easy thing to get wrong: S is the full
-// buffer (the all-reduce buffer; the gathered buffer of all-gather and reduce-scatter), not one
-// rank's shard, and the time reported is the slowest rank's mean, not rank 0's.
+// send/recv against MPI's own all-reduce, and the backend's asynchronous all-reduce on its
+// collective thread and polled against the blocking MPI_Allreduce (chapter 04). The easy thing to
+// get wrong: S is the full buffer (the all-reduce buffer; the gathered buffer of all-gather and
+// reduce-scatter), not one rank's shard, and the time reported is the slowest rank's mean, not rank
+// 0's.
 #include "comm/algorithms.hpp"
 #include "comm/launch.hpp"
 #include "commands.hpp"
@@ -198,7 +200,8 @@ void print_tables(const std::vector<Row>& rows, int n) {
       std::printf(
           "\ntextbook ring all-reduce (comm/algorithms.hpp over MPI send/recv) against "
           "MPI_Allreduce (blocking, called directly) and the mpi backend's all_reduce "
-          "(MPI_Iallreduce polled to a deadline); speed ratio = other time / ring time\n\n"
+          "(its collective thread, or MPI_Iallreduce polled; both to a deadline); speed ratio = "
+          "other time / ring time\n\n"
           "| bytes | MPI_Allreduce (us) | all_reduce (us) | ring (us) | ring busbw (GB/s) "
           "| ring vs MPI_Allreduce | ring vs all_reduce |\n|---|---|---|---|---|---|---|\n");
     header = true;
