@@ -123,19 +123,8 @@ void MpiThreadWork::wait() {
     if (finished) {
       complete();
     } else {
-      timed_out_ = true;
-      const std::chrono::duration<double> waited = Clock::now() - started;
-      std::string diagnosis;
-      try {
-        if (diagnose_) diagnosis = diagnose_();
-      } catch (...) {
-        diagnosis.clear(); // a diagnosis that fails must not hide the timeout itself
-      }
-      try {
-        throw_timeout(comm_, op_, -1, -1, waited, diagnosis);
-      } catch (...) {
-        error_ = std::current_exception(); // every later wait() rethrows it
-      }
+      timed_out_ = true; // every later wait() rethrows this error
+      error_ = timeout_error(comm_, op_, -1, -1, Clock::now() - started, diagnose_);
     }
   }
   if (error_) std::rethrow_exception(error_);

@@ -67,6 +67,22 @@ std::optional<int> poll_until(MPI_Request& request, Clock::time_point deadline,
   }
 }
 
+std::exception_ptr timeout_error(const Communicator& comm, const std::string& op, int peer, int tag,
+                                 std::chrono::duration<double> waited,
+                                 const std::function<std::string()>& diagnose) {
+  std::string diagnosis;
+  try {
+    if (diagnose) diagnosis = diagnose();
+  } catch (...) {
+    diagnosis.clear(); // a diagnosis that fails must not hide the timeout itself
+  }
+  try {
+    throw_timeout(comm, op, peer, tag, waited, diagnosis);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 MpiWork::MpiWork(const Communicator& comm, std::string op, int peer, int tag, Kind kind,
                  MPI_Request request, Finish finish)
     : comm_(comm), op_(std::move(op)), peer_(peer), tag_(tag), kind_(kind), request_(request),
@@ -162,17 +178,7 @@ void MpiWork::give_up(Clock::time_point started) {
   // A cancelled recv and a released send are over; an abandoned collective is not (is_completed).
   done_ = kind_ != Kind::Collective;
   timed_out_ = true;
-  std::string diagnosis;
-  try {
-    if (diagnose_) diagnosis = diagnose_();
-  } catch (...) {
-    diagnosis.clear(); // a diagnosis that fails must not hide the timeout itself
-  }
-  try {
-    throw_timeout(comm_, op_, peer_, tag_, waited, diagnosis);
-  } catch (...) {
-    error_ = std::current_exception(); // every later wait() rethrows it
-  }
+  error_ = timeout_error(comm_, op_, peer_, tag_, waited, diagnose_);
   std::rethrow_exception(error_);
 }
 

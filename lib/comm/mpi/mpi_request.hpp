@@ -34,6 +34,13 @@ using Clock = std::chrono::steady_clock;
 /// Returns MPI_Test's return code once complete, or nullopt at the deadline (request still live).
 std::optional<int> poll_until(MPI_Request& request, Clock::time_point deadline, MPI_Status& status);
 
+/// The timeout Error of `op` (peer and tag: -1 for none) after `waited`, with what `diagnose`
+/// says about who holds it up (nothing when it is empty or throws), ready for a Work to keep and
+/// rethrow from every later wait().
+std::exception_ptr timeout_error(const Communicator& comm, const std::string& op, int peer, int tag,
+                                 std::chrono::duration<double> waited,
+                                 const std::function<std::string()>& diagnose);
+
 /// An operation in flight: one MPI request plus what to do when it completes.
 ///
 /// After a timeout the operation is failed for good: every later wait() rethrows the same timeout
