@@ -2,6 +2,7 @@
 // MPI's blocking calls on a thread of their own, so they finish while the caller makes no MPI
 // call at all; their results equal the polled path's; and a deadline still ends a collective
 // that one rank never joins.
+#include "first_difference.hpp"
 #include "mpi_world.hpp"
 
 #include <catch2/catch.hpp>
@@ -17,15 +18,6 @@ using test::input;
 using test::reduced_value;
 
 namespace {
-
-/// Index of the first element where `a` and `b` differ, or -1.
-template <typename T>
-std::int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
-  if (a.size() != b.size()) return 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) return static_cast<std::int64_t>(i);
-  return -1;
-}
 
 /// Collective thread in use (Open MPI as Debian builds it grants MPI_THREAD_MULTIPLE).
 void require_thread(const comm::MpiCommunicator& world) {
@@ -101,7 +93,7 @@ TEST_CASE("mpi collective thread and polled collectives give the same bits, in p
   world->set_progress(MpiProgress::Thread);
   for (std::size_t k = 0; k < threaded.size(); ++k) {
     INFO("result " << k);
-    CHECK(first_difference(threaded[k], polled[k]) == -1);
+    CHECK(test::first_difference(threaded[k], polled[k]) == "");
   }
   for (std::int64_t i = 0; i < n * block; i += 101) {
     REQUIRE(threaded[0][static_cast<std::size_t>(i)] == reduced_value<double>(ReduceOp::Sum, n, i));

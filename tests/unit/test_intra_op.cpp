@@ -4,6 +4,7 @@
 // whole training steps; the equivalence tests of the later chapters run on one thread per rank.
 #include "backend/backend.hpp"
 #include "backend/cpu/intra_op.hpp"
+#include "first_difference.hpp"
 #include "require_ts_error.hpp"
 #include "tinyscale.hpp"
 #include "train/run.hpp"
@@ -23,6 +24,7 @@
 #include <thread>
 
 using namespace tinyscale;
+using test::first_difference;
 
 namespace {
 
@@ -40,21 +42,6 @@ std::set<std::pair<std::int64_t, std::int64_t>> chunks_of(int threads, std::int6
   });
   CHECK(calls == static_cast<int>(seen.size())); // no chunk twice
   return seen;
-}
-
-// "" when a and b are bitwise equal, else where they first differ (Catch would print both
-// vectors whole, hundreds of thousands of numbers, which takes minutes).
-std::string first_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size())
-    return "sizes " + std::to_string(a.size()) + " and " + std::to_string(b.size());
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) {
-      std::ostringstream out;
-      out.precision(17);
-      out << "element " << i << ": " << a[i] << " against " << b[i];
-      return out.str();
-    }
-  return "";
 }
 
 Tensor random_tensor(const Shape& shape, std::uint64_t seed, DType dtype = DType::Float32) {
