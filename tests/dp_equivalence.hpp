@@ -44,9 +44,9 @@ struct RunRecord {
 /// lr / 100, which is 1e-5 of a tensor's scale at lr 1e-3: the comparison then measures that
 /// amplified noise, not the parallelism. Measured on a Zen 3 CPU at the default eps, the worst
 /// errors sat at 2e-6 to 8.4e-6 (DP 4 with accumulation 8.4e-6, DP x TP 7.8e-6, TP 2 7.0e-6;
-/// ZeRO-2 and ep = 2 earlier 1.3e-5 and 1.25e-5), so any change of rounding anywhere (a GELU
-/// computed another way, another -O level) moved one or another across 1e-5 (to 2.2e-5). At
-/// 1e-5, three orders of magnitude below this model's typical gradient element (about 3e-3 after
+/// ZeRO-2 and ep = 2 earlier 1.3e-5 and 1.25e-5), so any change of rounding anywhere (a more
+/// accurate GELU, another -O level) moved one or another across 1e-5 (to 2.2e-5). At 1e-5,
+/// three orders of magnitude below this model's typical gradient element (about 3e-3 after
 /// clipping), AdamW is unchanged for every element that carries signal, and the worst error of
 /// every float32 case fell to 1e-7 to 7.6e-7, more than 13 times below the 1e-5 they are held
 /// to, so a real error of 1e-6 now shows. The float64 cases keep the default eps: their

@@ -11,7 +11,7 @@
 // steps move each weight by about lr x sign(gradient) whatever its size, so noise on a near-zero
 // gradient becomes a step of up to lr: the error grows with the lr. Measured worst errors over this
 // file's fp32 cases at AdamW's default eps 1e-8: 4.2e-5 at lr 1e-3, 1.3e-5 at 3e-4, 4.2e-6 at
-// 1e-4; with the eps 1e-5 of every fp32 comparison (dp_equivalence.hpp), 6.3e-7 at 1e-4 (Zen 3
+// 1e-4; with the eps 1e-5 of every fp32 comparison (dp_equivalence.hpp), 6.1e-7 at 1e-4 (Zen 3
 // CPU). The float64 cases, at 1e-10
 // with biases, show that what remains is rounding and not a missing term.
 #pragma once

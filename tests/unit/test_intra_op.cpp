@@ -238,6 +238,56 @@ TEST_CASE("The sum of squares behind the clip norm is the same double on any thr
   CHECK(std::abs(one - want) < 1e-9 * want);
 }
 
+TEST_CASE("float32 GELU and its gradient give an element the same bits wherever it sits, and "
+          "stay within 1e-6 of float64",
+          "[unit][intra_op]") {
+  // The kernels run 8 lanes at a time with a padded last group: slices that start at every offset
+  // 0..8 and end anywhere put an element in every lane and in the padded tail.
+  const std::int64_t n = 1003;
+  std::vector<float> xs(static_cast<std::size_t>(n)), gs(xs.size());
+  for (std::int64_t i = 0; i < n; ++i) { // [-12, 12): both saturated tails and the bend at 0
+    xs[static_cast<std::size_t>(i)] = -12.0f + 24.0f * static_cast<float>(i) / n;
+    gs[static_cast<std::size_t>(i)] = 1.0f + 0.001f * static_cast<float>(i % 7);
+  }
+  Backend& cpu_backend = backend_for(Device::cpu());
+  auto run = [&](std::int64_t begin, std::int64_t end, int threads) {
+    cpu::IntraOpThreads scope(threads);
+    const Shape shape{end - begin};
+    Tensor x = Tensor::empty(shape, DType::Float32), g = Tensor::empty(shape, DType::Float32);
+    std::copy(xs.begin() + begin, xs.begin() + end, x.data<float>());
+    std::copy(gs.begin() + begin, gs.begin() + end, g.data<float>());
+    Tensor y = Tensor::empty(shape, DType::Float32), dx = Tensor::empty(shape, DType::Float32);
+    cpu_backend.unary(UnaryOp::Gelu, x, 0.0, y);
+    cpu_backend.activation_grad(ActivationGrad::Gelu, x, g, dx);
+    return std::make_pair(y.to_vector(), dx.to_vector());
+  };
+  const auto [y, dx] = run(0, n, 1);
+  for (int threads : {1, 3})
+    for (std::int64_t begin = 0; begin <= 8; ++begin)
+      for (std::int64_t end : {n, n - 1, n - 5, begin + 13}) {
+        const auto [ys, dxs] = run(begin, end, threads);
+        const std::vector<double> y_want(y.begin() + begin, y.begin() + end);
+        const std::vector<double> dx_want(dx.begin() + begin, dx.begin() + end);
+        INFO("elements " << begin << ".." << end << " on " << threads << " threads");
+        REQUIRE(first_difference(ys, y_want) == "");
+        REQUIRE(first_difference(dxs, dx_want) == "");
+      }
+  // Accuracy: against the tanh form in float64.
+  constexpr double k = 0.7978845608028654, c = 0.044715;
+  double worst_y = 0, worst_dx = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = xs[static_cast<std::size_t>(i)];
+    const double t = std::tanh(k * (v + c * v * v * v));
+    const double want = 0.5 * v * (1 + t);
+    const double slope = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * c * v * v);
+    const auto u = static_cast<std::size_t>(i);
+    worst_y = std::max(worst_y, std::abs(y[u] - want) / std::max(std::abs(want), 1e-3));
+    worst_dx = std::max(worst_dx, std::abs(dx[u] - slope * gs[u]));
+  }
+  CHECK(worst_y < 1e-6);
+  CHECK(worst_dx < 1e-6);
+}
+
 TEST_CASE("Training steps on 2 and 3 intra-op threads give one thread's losses, norms and "
           "parameters bit for bit",
           "[unit][intra_op]") {
