@@ -10,6 +10,7 @@
 #include "mesh/mesh.hpp"
 #include "mesh/placement.hpp"
 #include "mesh/topology.hpp"
+#include "plan/rules.hpp"
 #include "pp/run.hpp"
 #include "tp/model.hpp"
 #include "tp/run.hpp"
@@ -59,19 +60,7 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
              "train: --trace records data-parallel, pipeline and composed runs (chapters 04, 06, ",
              "10); leave it out with --tp, --ep or --zero alone");
   }
-  if (plan.ep > 1) ep::check_ep_layout(config, D, plan.ep);
-  if (plan.tp > 1)
-    tp::check_tp_layout(config.model, config.train.seq_len, plan.tp, plan.sequence_parallel);
-  if (plan.zero > 0 && !plan.composed()) zero::check_zero_layout(config, D, plan.zero);
-  if (plan.composed()) (void)plan.mesh_layout(); // the order names every axis of size > 1
-  if (plan.pp > 1 || plan.composed())
-    pp::check_pipeline_layout(config, plan.pp, pp::pipeline_options(plan), D);
-  else
-    train::check_batch_split(config, D,
-                             plan.zero > 0 ? "ZeRO"
-                             : plan.ep > 1 ? "expert parallelism"
-                             : plan.tp > 1 ? "tensor parallel"
-                                           : "data parallel");
+  plan::check_layout_rules(plan, config); // every axis' rules, shared with the planner
 }
 
 namespace {

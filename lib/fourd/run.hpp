@@ -13,11 +13,10 @@
 namespace tinyscale::fourd {
 
 /// Throws, naming the flag or key and the fix, unless `plan` can train `config`: the flags fit
-/// together (--sp needs --tp, the pipeline flags --pp, a composed run ZeRO 1 at most, --trace a
-/// data-parallel or pipelined run), and each axis' rules hold (tp::check_tp_layout,
-/// ep::check_ep_layout, zero::check_zero_layout, pp::check_pipeline_layout, the batch split of
-/// train::check_batch_split). Call it before any rank starts; plan.dp must be resolved
-/// (mesh::ParallelPlan::for_world).
+/// together (--sp needs --tp, the pipeline flags --pp, --trace a data-parallel or pipelined run),
+/// this version can run it (a GPU with one rank, a composed run with ZeRO 1 at most), and the
+/// layout rules the planner uses too hold (plan::check_layout_rules). Call it before any rank
+/// starts; plan.dp must be resolved (mesh::ParallelPlan::for_world).
 void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                 const std::string& trace_path = "");
 

@@ -8,6 +8,7 @@
 #include "mesh/placement.hpp"
 #include "plan/memory.hpp"
 #include "plan/pipeline.hpp"
+#include "plan/rules.hpp"
 #include "zero/memory.hpp"
 
 #include <algorithm>
@@ -164,17 +165,16 @@ void check_layout(const ModelShape& model, const PlanLayout& l, const Cluster& c
   TS_CHECK(l.world() <= cluster.topology.device_count(), "plan: expected at most ",
            cluster.topology.device_count(), " devices (topology '", cluster.topology.name,
            "'), found a layout of ", l.world(), ": ", l.describe());
-  TS_CHECK(model.heads % l.tp == 0, "plan: expected tp to divide the ", model.heads,
-           " attention heads, found tp ", l.tp);
-  TS_CHECK(model.layers % (l.pp * l.chunks) == 0, "plan: expected pp x chunks to divide the ",
-           model.layers, " layers, found pp ", l.pp, " x v ", l.chunks);
-  TS_CHECK(model.experts == 0 ? l.ep == 1 : model.experts % l.ep == 0, "plan: expected ep ",
-           model.experts == 0 ? "= 1 for a dense model" : "to divide the experts", ", found ep ",
-           l.ep, " with ", model.experts, " experts");
   TS_CHECK(l.zero >= 0 && l.zero <= 3, "plan: expected ZeRO stage 0-3, found ", l.zero);
   TS_CHECK(l.pp > 1 || l.chunks == 1, "plan: expected chunks = 1 without a pipeline, found v ",
            l.chunks);
-  if (l.pp > 1) pp::check_schedule_shape(l.schedule, l.pp, l.micro_batches, l.chunks);
+  const std::string problem = layout_problem(model, l); // the rules `tinyscale train` checks
+  if (!problem.empty()) throw Error("plan: " + problem);
+  // The cost model's own assumption, not a rule of train: every stage (and chunk) holds the same
+  // number of layers.
+  TS_CHECK(model.layers % (l.pp * l.chunks) == 0, "plan: expected pp x chunks to divide the ",
+           model.layers, " layers (the cost model splits them evenly), found pp ", l.pp, " x v ",
+           l.chunks);
 }
 
 Prediction predict(const ModelShape& model, const PlanLayout& layout, const Cluster& cluster) {

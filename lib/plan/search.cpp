@@ -4,6 +4,7 @@
 #include "plan/search.hpp"
 
 #include "core/error.hpp"
+#include "plan/rules.hpp"
 
 #include <algorithm>
 
@@ -94,10 +95,12 @@ std::string why_empty(const ModelShape& model, const SearchSpace& space) {
       "plan: expected at least one layout of '", model.name, "' on ", space.devices,
       " devices with a batch of ", space.batch, filters.empty() ? "" : " and the filters ", set,
       ", found none. A layout needs dp x tp x pp x ep = ", space.devices, ", tp dividing the ",
-      model.heads, " heads, pp the ", model.layers, " layers, ",
+      model.heads, " heads, the width and the vocabulary, pp the ", model.layers, " layers, ",
       model.experts == 0 ? std::string("ep = 1 (a dense model)")
                          : detail::concat("ep the ", model.experts, " experts"),
-      ", ZeRO > 0 only with dp x ep > 1, and the batch a multiple of dp x ep x micro-batch; ");
+      ", ZeRO > 0 only with dp x ep > 1 and ZeRO 2 or 3 only without pipeline stages, and the "
+      "batch a multiple of dp x ep x micro-batch (the rules of `tinyscale train`, "
+      "plan/rules.hpp); ");
   if (filters.empty())
     return out + "no filter is set, so the batch and the device count leave none: change --batch "
                  "or --gpus";
@@ -130,13 +133,15 @@ std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchS
     TS_CHECK(b >= 1, "plan: expected micro-batch sizes >= 1, found ", b,
              "; pass --micro-batch 1 or more");
   std::vector<PlanLayout> out;
+  // The loops build every candidate; layout_problem keeps those `tinyscale train` would accept
+  // (plan/rules.hpp). The only filters here are the user's, ZeRO over more than one rank, and the
+  // cost model's even split of the layers into stages and chunks.
   for (int tp : divisors(space.devices)) {
-    if (!allowed(space.tp, tp) || model.heads % tp != 0) continue;
+    if (!allowed(space.tp, tp)) continue;
     for (int pp : divisors(space.devices / tp)) {
       if (!allowed(space.pp, pp) || model.layers % pp != 0) continue;
       for (int ep : divisors(space.devices / (tp * pp))) {
         if (!allowed(space.ep, ep)) continue;
-        if (model.experts == 0 ? ep != 1 : model.experts % ep != 0) continue;
         const int dp = space.devices / (tp * pp * ep);
         if (space.batch % (static_cast<std::int64_t>(dp) * ep) != 0) continue;
         const std::int64_t per_replica = space.batch / (static_cast<std::int64_t>(dp) * ep);
@@ -155,27 +160,31 @@ std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchS
                 continue;
               }
               for (int v = 2; v <= space.max_chunks; ++v)
-                if ((model.layers / pp) % v == 0 &&
-                    pp::schedule_shape_problem(kind, pp, m, v).empty())
-                  schedules.push_back({kind, v});
+                if ((model.layers / pp) % v == 0) schedules.push_back({kind, v});
+            }
+          }
+          std::vector<PlanLayout> legal; // in schedule, then ZeRO order
+          for (const auto& [kind, v] : schedules) {
+            for (int zero = 0; zero <= 3; ++zero) {
+              if (!allowed(space.zero, zero) || (zero > 0 && dp * ep == 1)) continue;
+              PlanLayout layout{.dp = dp,
+                                .tp = tp,
+                                .pp = pp,
+                                .ep = ep,
+                                .zero = zero,
+                                .micro_batch = b,
+                                .micro_batches = m,
+                                .schedule = kind,
+                                .chunks = v,
+                                .recompute = Recompute::None,
+                                .order = space.order};
+              if (layout_problem(model, layout).empty()) legal.push_back(std::move(layout));
             }
           }
           for (Recompute r : space.recompute) {
-            for (const auto& [kind, v] : schedules) {
-              for (int zero = 0; zero <= 3; ++zero) {
-                if (!allowed(space.zero, zero) || (zero > 0 && dp * ep == 1)) continue;
-                out.push_back(PlanLayout{.dp = dp,
-                                         .tp = tp,
-                                         .pp = pp,
-                                         .ep = ep,
-                                         .zero = zero,
-                                         .micro_batch = b,
-                                         .micro_batches = m,
-                                         .schedule = kind,
-                                         .chunks = v,
-                                         .recompute = r,
-                                         .order = space.order});
-              }
+            for (PlanLayout layout : legal) {
+              layout.recompute = r;
+              out.push_back(std::move(layout));
             }
           }
         }

@@ -46,7 +46,7 @@ void check_pipeline_layout(const io::RunConfig& config, int stages, const Pipeli
   train::check_batch_split(config, data_parallel, "pipeline", "pipeline");
   TS_CHECK(t.device == "cpu", "pipeline: train.device = \"", t.device,
            "\"; this version passes activations in host memory: run with --pp on the CPU");
-  TS_CHECK(options.zero == 0 || options.zero == 1, "pipeline: expected ZeRO stage 0 or 1 with ",
+  TS_CHECK(stages == 1 || options.zero <= 1, "pipeline: expected ZeRO stage 0 or 1 with ",
            "pipeline stages, found ", options.zero, "; stages 2 and 3 shard the gradients and ",
            "parameters that every micro-batch's backward needs whole (DeepSpeed refuses them ",
            "with pipelines too): use --zero 1");

@@ -327,8 +327,9 @@ TEST_CASE("bad plans are refused with the fix", "[unit][plan]") {
                        Contains("pp 1 alone leaves none"));
   REQUIRE_TS_ERROR(predict(model_preset("megatron-1.7b"), PlanLayout{.dp = 64}, c),
                    Contains("expected at most 32 devices"));
+  // The rules are train's own (plan/rules.hpp): the message names the key and the fix.
   REQUIRE_TS_ERROR(predict(model_preset("megatron-1.7b"), PlanLayout{.tp = 5}, c),
-                   Contains("tp to divide the 24 attention heads"));
+                   Contains("model.n_head (24) divisible by tp = 5"));
   REQUIRE_TS_ERROR(predict(model_preset("megatron-1.7b"),
                            PlanLayout{.pp = 2,
                                       .micro_batches = 3,

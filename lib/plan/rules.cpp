@@ -1,0 +1,62 @@
+// The layout rules of chapter 09, shared by `tinyscale train` (through fourd::check_plan) and the
+// planner (enumerate_layouts, check_layout); see rules.hpp. Each rule lives in its own chapter's
+// folder; this file only decides which of them a plan calls.
+#include "plan/rules.hpp"
+
+#include "core/error.hpp"
+#include "ep/trainer.hpp"
+#include "pp/run.hpp"
+#include "pp/trainer.hpp"
+#include "tp/model.hpp"
+#include "train/trainer.hpp"
+#include "zero/trainer.hpp"
+
+#include <algorithm>
+
+namespace tinyscale::plan {
+
+void check_layout_rules(const mesh::ParallelPlan& plan, const io::RunConfig& config) {
+  const int D = std::max(1, plan.dp);
+  if (plan.ep > 1) ep::check_ep_layout(config, D, plan.ep);
+  if (plan.tp > 1)
+    tp::check_tp_layout(config.model, config.train.seq_len, plan.tp, plan.sequence_parallel);
+  if (plan.composed()) (void)plan.mesh_layout(); // the order names every axis of size > 1
+  if (plan.pp > 1 || plan.composed())
+    pp::check_pipeline_layout(config, plan.pp, pp::pipeline_options(plan), D);
+  else
+    train::check_batch_split(config, D,
+                             plan.zero > 0 ? "ZeRO"
+                             : plan.ep > 1 ? "expert parallelism"
+                             : plan.tp > 1 ? "tensor parallel"
+                                           : "data parallel");
+  if (plan.zero > 0) zero::check_zero_layout(config, D, plan.zero);
+}
+
+io::RunConfig run_config_of(const ModelShape& model, const PlanLayout& layout) {
+  io::RunConfig c;
+  c.model.n_layer = model.layers;
+  c.model.n_embd = model.hidden;
+  c.model.n_head = model.heads;
+  c.model.vocab_size = model.vocab;
+  c.model.n_positions = model.seq;
+  if (model.experts > 0) {
+    c.model.moe.every = model.moe_every;
+    c.model.moe.n_experts = model.experts;
+    c.model.moe.top_k = model.top_k;
+  }
+  c.train.seq_len = model.seq;
+  c.train.batch_size = layout.global_batch();
+  c.train.micro_batches = layout.micro_batches;
+  return c;
+}
+
+std::string layout_problem(const ModelShape& model, const PlanLayout& layout) {
+  try {
+    check_layout_rules(layout.parallel_plan(), run_config_of(model, layout));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace tinyscale::plan
