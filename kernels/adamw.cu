@@ -32,8 +32,9 @@ struct AdamWScalars {
   float beta2;
   float one_minus_beta2; // 1 - beta2
   float eps;
-  float step_size; // lr / (1 - beta1^t)
-  float bc2_sqrt;  // sqrt(1 - beta2^t)
+  float step_size;  // lr / (1 - beta1^t)
+  float bc2_sqrt;   // sqrt(1 - beta2^t)
+  float grad_scale; // the clip factor, applied to each gradient element as it is read
 };
 
 // torch.lerp: start + w (end - start) for w < 0.5, else end - (end - start) (1 - w).
@@ -45,7 +46,7 @@ __global__ void adamw_kernel(float* param, float* exp_avg, float* exp_avg_sq, co
                              std::int64_t n, AdamWScalars s) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
-    const float g = grad[i];
+    const float g = grad[i] * s.grad_scale;    // clipping folded in (AdamWStep::grad_scale)
     const float p = param[i] * s.decay_factor; // decoupled weight decay, before the update
     const float m = lerp(exp_avg[i], g, s.lerp_weight);
     const float v = exp_avg_sq[i] * s.beta2 + s.one_minus_beta2 * g * g;
@@ -92,7 +93,7 @@ void adamw(float* param, float* exp_avg, float* exp_avg_sq, const float* grad, s
   const AdamWScalars s{static_cast<float>(step.decay_factor), static_cast<float>(1.0 - step.beta1),
                        static_cast<float>(step.beta2),        static_cast<float>(1.0 - step.beta2),
                        static_cast<float>(step.eps),          static_cast<float>(step.step_size),
-                       static_cast<float>(step.bc2_sqrt)};
+                       static_cast<float>(step.bc2_sqrt),     static_cast<float>(step.grad_scale)};
   adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(param, exp_avg, exp_avg_sq, grad,
                                                                  n, s);
   TS_CUDA_LAUNCH_CHECK("adamw_kernel", stream);

@@ -30,7 +30,8 @@ namespace tinyscale::test {
 struct RunRecord {
   std::vector<double> losses, grad_norms;
   std::vector<std::pair<std::string, std::vector<double>>> params;
-  /// Every parameter's gradient after the first step (clipped; zeros where it had none), when
+  /// Every parameter's gradient after the first step (as backward left it: the update applies the
+  /// clip factor as it reads it; zeros where it had none), when
   /// both sides record it: a whole tensor's gradient off by a constant factor hides from AdamW
   /// (m / sqrt(v) does not see a scale) but not from this comparison.
   std::vector<std::pair<std::string, std::vector<double>>> first_grads;

@@ -50,6 +50,11 @@ struct AdamWStep {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double step_size = 0; ///< lr / (1 - beta1^t)
   double bc2_sqrt = 1;  ///< sqrt(1 - beta2^t)
+  /// Gradient clipping folded into the update: each gradient element is multiplied by this
+  /// factor (optim::clip_factor) in its own dtype as it is read, the bits an in-place scaling
+  /// of the gradient would give, without a pass over memory of its own. The gradient itself is
+  /// left as it was.
+  double grad_scale = 1;
 };
 
 /// The primitives a device provides. Each call's results are visible to every later call made

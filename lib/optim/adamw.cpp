@@ -54,13 +54,14 @@ AdamW::AdamW(nn::ParameterList params, const OptimConfig& config)
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, double grad_scale) {
   TS_CHECK(std::isfinite(lr) && lr >= 0, "AdamW::step: expected a finite lr >= 0, found ", lr);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
     const Tensor g = p.grad();
     if (!g.defined()) continue; // no gradient this step: PyTorch skips the parameter entirely
-    const AdamWStep k = adamw_constants(config_, lr, ++steps_[i], params_[i].decay);
+    AdamWStep k = adamw_constants(config_, lr, ++steps_[i], params_[i].decay);
+    k.grad_scale = grad_scale;
     TS_CHECK(g.dtype() == p.dtype() && g.device() == p.device(), "AdamW::step: expected the ",
              "gradient of '", params_[i].name, "' as ", dtype_name(p.dtype()), " on ",
              p.device().str(), ", found ", dtype_name(g.dtype()), " on ", g.device().str());

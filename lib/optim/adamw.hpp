@@ -34,9 +34,11 @@ public:
   /// `config`; throws on duplicate names, a tensor listed twice or a non-floating parameter.
   AdamW(nn::ParameterList params, const OptimConfig& config);
 
-  /// One update at learning rate `lr`. A parameter whose grad() is undefined is skipped entirely
-  /// (no decay, no moment update, its step count unchanged), as PyTorch skips grad None.
-  void step(double lr);
+  /// One update at learning rate `lr`, each gradient multiplied by `grad_scale` as it is read
+  /// (the clip factor, optim::clip_factor: clipping without a pass of its own; the gradients are
+  /// left unscaled). A parameter whose grad() is undefined is skipped entirely (no decay, no
+  /// moment update, its step count unchanged), as PyTorch skips grad None.
+  void step(double lr, double grad_scale = 1.0);
   /// Clears every gradient (sets it undefined, like PyTorch's zero_grad(set_to_none=True)).
   void zero_grad();
 

@@ -50,14 +50,9 @@ void PipelineTrainer::finish_step(train::StepResult& r,
   r.loss = r.lm_loss + r.aux_loss + r.z_loss;
   r.grad_norm = global_grad_norm();
   const double lr = trainer_.learning_rate();
-  if (adamw_ != nullptr) {
-    nn::ParameterList mine;
-    for (const nn::NamedParameter* p : owned_parameters()) mine.push_back(*p);
-    optim::clip_grads_to_norm(mine, trainer_.config().optim.grad_clip, r.grad_norm);
-    adamw_->step(lr);
-  }
-  for (auto& s : sharded_)
-    s->step(lr, optim::clip_factor(trainer_.config().optim.grad_clip, r.grad_norm));
+  const double clip = optim::clip_factor(trainer_.config().optim.grad_clip, r.grad_norm);
+  if (adamw_ != nullptr) adamw_->step(lr, clip); // clipping inside the update (chapter 02)
+  for (auto& s : sharded_) s->step(lr, clip);
   trainer_.end_step(r, start);
 }
 

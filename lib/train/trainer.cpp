@@ -107,13 +107,11 @@ void Trainer::finish_step(StepResult& r, std::chrono::steady_clock::time_point s
                           const std::function<double()>& global_grad_norm) {
   TS_CHECK(optimizer_owner_ == OptimizerOwner::Trainer, "Trainer::finish_step: the optimizer ",
            "state is the caller's (OptimizerOwner::Caller); step it there and call end_step");
-  if (global_grad_norm) {
-    r.grad_norm = global_grad_norm();
-    optim::clip_grads_to_norm(model_->parameters(), config_.optim.grad_clip, r.grad_norm);
-  } else {
-    r.grad_norm = optim::clip_grad_norm(model_->parameters(), config_.optim.grad_clip);
-  }
-  optimizer_.step(learning_rate());
+  r.grad_norm =
+      global_grad_norm ? global_grad_norm() : optim::global_grad_norm(model_->parameters());
+  // Clipping happens inside the update: AdamW multiplies each gradient by the factor as it reads
+  // it, so the gradients are read once, not scaled in a pass of their own first.
+  optimizer_.step(learning_rate(), optim::clip_factor(config_.optim.grad_clip, r.grad_norm));
   end_step(r, start);
 }
 

@@ -94,10 +94,11 @@ public:
                                       nn::ForwardHooks* hooks = nullptr) const;
   /// Adds one micro-batch's losses (times `weight`) and MoE counts to `r`.
   static void add_micro_batch(StepResult& r, const nn::ModelOutput& out, double weight);
-  /// Ends a step whose gradients are complete: global-norm clipping, AdamW at the scheduled
-  /// learning rate, step + 1; fills r.grad_norm, r.lr, r.step, and r.seconds and r.tokens_per_s
-  /// from `start`. `global_grad_norm` (optional) computes the norm when this rank holds only part
-  /// of the gradients (experts on other ranks, chapter 08); it must be collective-safe.
+  /// Ends a step whose gradients are complete: the global norm, AdamW at the scheduled learning
+  /// rate with the clip factor folded in (the gradients stay as they were), step + 1; fills
+  /// r.grad_norm, r.lr, r.step, and r.seconds and r.tokens_per_s from `start`. `global_grad_norm`
+  /// (optional) computes the norm when this rank holds only part of the gradients (experts on other
+  /// ranks, chapter 08); it must be collective-safe.
   void finish_step(StepResult& r, std::chrono::steady_clock::time_point start,
                    const std::function<double()>& global_grad_norm = {});
   /// The last part of finish_step, for a caller that clipped and stepped its own optimizer

@@ -76,11 +76,9 @@ void ShardedAdamW::step(double lr, double clip_factor) {
     // EXERCISE 10.3 begin: update this rank's slice with its moments, then gather every slice
     // this rank's slice of the parameter, updated in a copy, then everyone's slices gathered
     Tensor mine = slice(flat_padded(param.detach(), S * N), 0, r * S, (r + 1) * S).clone();
-    Tensor g = grad_[i];
-    if (clip_factor != 1.0) g = g * clip_factor;
-    ++steps_[i];
-    backend_of(mine).adamw_update(mine, m_[i], v_[i], g,
-                                  optim::adamw_constants(config_, lr, steps_[i], params_[i].decay));
+    AdamWStep k = optim::adamw_constants(config_, lr, ++steps_[i], params_[i].decay);
+    k.grad_scale = clip_factor; // clipping, as the update reads the gradient
+    backend_of(mine).adamw_update(mine, m_[i], v_[i], grad_[i], k);
     whole = comm::all_gather(*group_, mine);
     // EXERCISE 10.3 end
     std::memcpy(param.raw_data(), whole.raw_data(),

@@ -29,9 +29,10 @@ public:
   /// The sum of squares of this rank's reduced slices of the parameters for which `counted`
   /// (given the parameter's index) is true; the slices of the group's ranks are disjoint.
   double squares(const std::function<bool(std::size_t)>& counted) const;
-  /// Collective over the group: multiplies the reduced slices by `clip_factor`, updates this
-  /// rank's slice of every parameter some rank had a gradient for with AdamW at `lr`, all-gathers
-  /// the updated parameters and clears the gradients.
+  /// Collective over the group: updates this rank's slice of every parameter some rank had a
+  /// gradient for with AdamW at `lr`, the reduced slice multiplied by `clip_factor` as the update
+  /// reads it (AdamWStep::grad_scale), all-gathers the updated parameters and clears the
+  /// gradients.
   void step(double lr, double clip_factor);
 
   /// Collective over the group: parameter `index`'s whole AdamW moments (m, v), shaped like it,

@@ -364,8 +364,6 @@ void ShardedDataParallel::step(double lr, double clip_factor) {
   for (std::size_t i = 0; i < any.size(); ++i)
     if (any[i] > 0) ++s.steps[i];
   for (Unit& u : s.units) {
-    if (clip_factor != 1.0)
-      backend_of(u.grad_shard).unary(UnaryOp::MulScalar, u.grad_shard, clip_factor, u.grad_shard);
     const std::shared_ptr<Storage>& params =
         s.options.stage == 3 ? u.param_shard.impl().storage : u.storage;
     const std::int64_t base = s.options.stage == 3 ? 0 : s.own_offset(u);
@@ -378,8 +376,9 @@ void ShardedDataParallel::step(double lr, double clip_factor) {
       Tensor v = storage_view(u.exp_avg_sq.impl().storage, seg.shard_offset, shape, s.dtype);
       const Tensor g = storage_view(u.grad_shard.impl().storage,
                                     u.grad_shard.impl().offset + seg.shard_offset, shape, s.dtype);
-      backend_of(p).adamw_update(
-          p, m, v, g, optim::adamw_constants(s.optim, lr, s.steps[i], s.params[i].decay));
+      AdamWStep k = optim::adamw_constants(s.optim, lr, s.steps[i], s.params[i].decay);
+      k.grad_scale = clip_factor; // clipping, as the update reads the gradient shard
+      backend_of(p).adamw_update(p, m, v, g, k);
     }
   }
   if (s.options.stage < 3) { // every rank needs every parameter for the next forward

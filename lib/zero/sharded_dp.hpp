@@ -68,9 +68,10 @@ public:
   void end_micro_batch();
   /// Collective: the L2 norm of the whole reduced gradient (every rank's shards together).
   double grad_norm();
-  /// Collective: multiplies the gradient shards by `clip_factor`, updates this rank's shard of
-  /// every parameter that had a gradient on some rank with AdamW at `lr`, all-gathers the
-  /// parameters (stages 1, 2) and clears the gradients for the next step.
+  /// Collective: updates this rank's shard of every parameter that had a gradient on some rank
+  /// with AdamW at `lr`, each gradient element multiplied by `clip_factor` as the update reads it
+  /// (AdamWStep::grad_scale), all-gathers the parameters (stages 1, 2) and clears the gradients
+  /// for the next step.
   void step(double lr, double clip_factor);
 
   // Stage 3's forward hooks (nothing happens at stages 1, 2).

@@ -1,10 +1,12 @@
 // Chapter 02, around the optimizer: global-norm gradient clipping (PyTorch's clip_grad_norm_) and
 // the warm-up + cosine learning-rate schedule.
+#include "optim/adamw.hpp"
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"
 #include "params.hpp"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <vector>
 
 using namespace tinyscale;
@@ -54,6 +56,38 @@ TEST_CASE("clip_grad_norm follows PyTorch at norm == max_norm: the 1e-6 still sc
   CHECK(clip_grad_norm({{"a", a, true}}, 5.0) == 5.0);
   const double f = 5.0 / (5.0 + 1e-6);
   CHECK(a.grad().to_vector() == std::vector<double>{3 * f, 4 * f});
+}
+
+TEST_CASE("AdamW with the clip factor folded in gives the bits of clipping the gradients first",
+          "[unit]") {
+  // The trainers hand clip_factor to AdamW::step instead of scaling the gradients in place: the
+  // kernel multiplies each element by the factor in the gradient's dtype as it reads it. Three
+  // steps on 1,000 awkward values, float32 and float64, against clip_grads_to_norm + step(lr).
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    std::vector<double> w(1000), g(1000);
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      w[i] = 0.01 * std::sin(0.37 * static_cast<double>(i) + 1.0);
+      g[i] = 3.3 * std::cos(1.13 * static_cast<double>(i)) / (1.0 + static_cast<double>(i % 17));
+    }
+    Tensor folded = param(w, Shape{1000}, dtype), in_place = param(w, Shape{1000}, dtype);
+    OptimConfig config;
+    config.weight_decay = 0.1;
+    AdamW a({{"w", folded, true}}, config), b({{"w", in_place, true}}, config);
+    const double max_norm = 1.0;
+    for (int step = 0; step < 3; ++step) {
+      for (double& x : g) x *= 1.7; // a norm far above max_norm: the factor bites
+      set_grad(folded, g);
+      set_grad(in_place, g);
+      const double norm = global_grad_norm({{"w", folded, true}});
+      REQUIRE(clip_factor(max_norm, norm) < 0.1);
+      a.step(1e-2, clip_factor(max_norm, norm));
+      clip_grads_to_norm({{"w", in_place, true}}, max_norm, norm);
+      b.step(1e-2);
+      INFO(dtype_name(dtype) << ", step " << step);
+      REQUIRE(folded.to_vector() == in_place.to_vector());
+      CHECK(folded.grad().to_vector() != in_place.grad().to_vector()); // left unscaled
+    }
+  }
 }
 
 // ---- schedule ------------------------------------------------------------------------------

@@ -26,8 +26,9 @@ void adamw_range(T* __restrict p, T* __restrict m, T* __restrict v, const T* __r
                  std::int64_t begin, std::int64_t end, const AdamWStep& k) {
   const double weight = 1.0 - k.beta1, beta2 = k.beta2, decay = k.decay_factor;
   const double bc2_sqrt = k.bc2_sqrt, eps = k.eps, step_size = k.step_size;
+  const T scale = static_cast<T>(k.grad_scale); // clipping: g * scale rounded to T, as in place
   for (std::int64_t i = begin; i < end; ++i) {
-    const double grad = g[i];
+    const double grad = static_cast<T>(g[i] * scale);
     const double param = static_cast<double>(p[i]) * decay;
     const double exp_avg = lerp<kFromStart>(m[i], grad, weight);
     const double exp_avg_sq = static_cast<double>(v[i]) * beta2 + (1.0 - beta2) * grad * grad;
