@@ -12,6 +12,8 @@ foreach(tag IN LISTS TINYSCALE_MPI_TAGS)
     TIMEOUT 120
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1")
 endforeach()
+# The collective thread is opt-in (lib/comm/mpi/mpi_runtime.hpp): its tests start MPI with it.
+set_property(TEST mpi.collective_thread APPEND PROPERTY ENVIRONMENT "TINYSCALE_MPI_PROGRESS=thread")
 
 # Chapter 10's composed runs need 8 ranks (dp2 x tp2 x pp2): their own entry, -np 8.
 add_test(NAME mpi.4d

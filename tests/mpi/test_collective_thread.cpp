@@ -1,7 +1,8 @@
 // The mpi backend's collective thread: large all-reduces, reduce-scatters and all-gathers run as
 // MPI's blocking calls on a thread of their own, so they finish while the caller makes no MPI
 // call at all; their results equal the polled path's; and a deadline still ends a collective
-// that one rank never joins.
+// that one rank never joins. The thread is opt-in: ctest starts these tests with
+// TINYSCALE_MPI_PROGRESS=thread (tests/mpi/register.cmake).
 #include "first_difference.hpp"
 #include "mpi_world.hpp"
 
@@ -19,10 +20,11 @@ using test::reduced_value;
 
 namespace {
 
-/// Collective thread in use (Open MPI as Debian builds it grants MPI_THREAD_MULTIPLE).
+/// Collective thread in use: TINYSCALE_MPI_PROGRESS=thread was set as MPI started, and MPI
+/// granted MPI_THREAD_MULTIPLE (Open MPI as Debian builds it does).
 void require_thread(const comm::MpiCommunicator& world) {
-  INFO("this MPI library did not grant MPI_THREAD_MULTIPLE, or TINYSCALE_MPI_PROGRESS=poll is "
-       "set; the collective thread is off");
+  INFO("the collective thread is off: run with TINYSCALE_MPI_PROGRESS=thread (ctest does), on an "
+       "MPI library that grants MPI_THREAD_MULTIPLE");
   REQUIRE(world.progress() == MpiProgress::Thread);
 }
 
@@ -140,12 +142,23 @@ TEST_CASE("mpi large collective abandoned at its deadline fails naming the missi
 
 TEST_CASE("mpi TINYSCALE_MPI_PROGRESS other than thread or poll is refused naming the variable",
           "[collective_thread]") {
+  // The variable as the process started (ctest sets thread), put back afterwards.
+  const char* was = std::getenv("TINYSCALE_MPI_PROGRESS");
+  const std::string before = was != nullptr ? was : "";
+  const auto restore = [&] {
+    if (was != nullptr)
+      ::setenv("TINYSCALE_MPI_PROGRESS", before.c_str(), 1);
+    else
+      ::unsetenv("TINYSCALE_MPI_PROGRESS");
+  };
   ::setenv("TINYSCALE_MPI_PROGRESS", "fast", 1);
   const std::string message = test::error_message([] { test::mpi_world(); });
-  ::unsetenv("TINYSCALE_MPI_PROGRESS");
   CHECK_THAT(message, Contains("TINYSCALE_MPI_PROGRESS: expected thread or poll, found 'fast'"));
   ::setenv("TINYSCALE_MPI_PROGRESS", "poll", 1);
   auto polled = test::mpi_world();
-  ::unsetenv("TINYSCALE_MPI_PROGRESS");
   CHECK(polled->progress() == MpiProgress::Poll);
+  ::unsetenv("TINYSCALE_MPI_PROGRESS");
+  auto by_default = test::mpi_world();
+  CHECK(by_default->progress() == MpiProgress::Poll); // the collective thread is opt-in
+  restore();
 }

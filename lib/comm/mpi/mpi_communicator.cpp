@@ -28,17 +28,19 @@ const char* at(const void* base, std::int64_t elements, DType dtype) {
 }
 
 /// The progress a new group starts with: TINYSCALE_MPI_PROGRESS (thread or poll) when set, else
-/// Thread where MPI allows it.
+/// Poll (the collective thread is opt-in: mpi_runtime.hpp says why).
 MpiProgress default_progress(bool thread_multiple) {
   const char* env = std::getenv("TINYSCALE_MPI_PROGRESS");
-  if (env == nullptr) return thread_multiple ? MpiProgress::Thread : MpiProgress::Poll;
+  if (env == nullptr) return MpiProgress::Poll;
   const std::string value = env;
   TS_CHECK(value == "thread" || value == "poll",
            "TINYSCALE_MPI_PROGRESS: expected thread or poll, found '", value,
-           "'; unset it to use the collective thread where MPI allows it");
+           "'; unset it for the default, poll");
   TS_CHECK(value == "poll" || thread_multiple,
            "TINYSCALE_MPI_PROGRESS=thread: the collective thread needs MPI_THREAD_MULTIPLE, which "
-           "this MPI library did not grant; set TINYSCALE_MPI_PROGRESS=poll or unset it");
+           "MPI did not grant (the MpiRuntime asks for it only when the variable is already set "
+           "as MPI starts, and this MPI library may not provide it); set it before the program "
+           "starts, or set TINYSCALE_MPI_PROGRESS=poll or unset it");
   return value == "thread" ? MpiProgress::Thread : MpiProgress::Poll;
 }
 
@@ -105,8 +107,9 @@ Transport& MpiCommunicator::transport() { return *transport_; }
 void MpiCommunicator::set_progress(MpiProgress progress) {
   TS_CHECK(progress == MpiProgress::Poll || collective_thread_ != nullptr, "set_progress on ",
            describe(*this),
-           ": the collective thread needs MPI_THREAD_MULTIPLE, which this MPI library did not "
-           "grant; use MpiProgress::Poll");
+           ": the collective thread needs MPI_THREAD_MULTIPLE, which MPI did not grant; start "
+           "the program with TINYSCALE_MPI_PROGRESS=thread (the MpiRuntime asks for it then), or "
+           "use MpiProgress::Poll");
   progress_ = progress;
 }
 

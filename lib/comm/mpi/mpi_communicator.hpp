@@ -60,9 +60,11 @@ public:
   /// 2 cores, the polled all-reduce reached 0.80-0.89 of MPI_Allreduce's busbw at 64 KiB against
   /// 0.65-0.69 on the thread, while at 256 KiB the thread reached 0.84-1.00 against 0.45-0.84.
   static constexpr std::int64_t kThreadMinBytes = 128 << 10;
-  /// How the large collectives progress: Thread where MPI grants MPI_THREAD_MULTIPLE unless the
-  /// environment variable TINYSCALE_MPI_PROGRESS=poll says otherwise, else Poll.
+  /// How the large collectives progress: Poll, or Thread when the environment variable
+  /// TINYSCALE_MPI_PROGRESS=thread was set as MPI started (MpiRuntime says why it is opt-in).
   MpiProgress progress() const { return progress_; }
+  /// Whether this group has a collective thread, which set_progress(Thread) needs.
+  bool has_collective_thread() const { return collective_thread_ != nullptr; }
   /// Chooses the progress of later collectives (every rank of the group must choose the same);
   /// Thread is an Error when MPI did not grant MPI_THREAD_MULTIPLE.
   void set_progress(MpiProgress progress);

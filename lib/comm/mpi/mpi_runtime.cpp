@@ -7,7 +7,9 @@
 #include "comm/mpi/mpi_request.hpp"
 #include "core/error.hpp"
 
+#include <cstdlib>
 #include <mpi.h>
+#include <string>
 
 namespace tinyscale::comm {
 
@@ -27,8 +29,13 @@ MpiRuntime::MpiRuntime() {
                        "initialised again; keep one MpiRuntime alive for the whole program");
   TS_CHECK(!initialized, "MpiRuntime: MPI was already initialised by someone else in this process; "
                          "let MpiRuntime be the only code that calls MPI_Init");
+  // MPI_THREAD_MULTIPLE only for the collective thread, which is opt-in (see the header).
+  const char* progress = std::getenv("TINYSCALE_MPI_PROGRESS");
+  const bool want_multiple = progress != nullptr && std::string(progress) == "thread";
   int provided = 0;
-  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  check_mpi(MPI_Init_thread(nullptr, nullptr,
+                            want_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, &provided),
+            "MPI_Init_thread");
   // Errors come back as return codes (turned into tinyscale::Error), not as an abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   if (provided < MPI_THREAD_SERIALIZED) {
@@ -36,7 +43,7 @@ MpiRuntime::MpiRuntime() {
     throw Error("MpiRuntime: this MPI library does not provide MPI_THREAD_SERIALIZED; rebuild "
                 "Open MPI with thread support (scripts/setup installs a suitable one)");
   }
-  thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
+  thread_multiple_ = want_multiple && provided >= MPI_THREAD_MULTIPLE;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size_), "MPI_Comm_size");
   g_live_runtime = this;

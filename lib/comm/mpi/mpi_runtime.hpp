@@ -8,9 +8,12 @@
 namespace tinyscale::comm {
 
 /// RAII owner of the MPI library in this process: initialises MPI in the constructor and
-/// finalises it in the destructor. It asks for MPI_THREAD_MULTIPLE, which lets each group's
-/// collective thread (mpi_collective_thread.hpp) call MPI while the rank's own thread does too,
-/// and accepts MPI_THREAD_SERIALIZED (then collectives are polled by the caller instead).
+/// finalises it in the destructor. It asks for MPI_THREAD_SERIALIZED, or for MPI_THREAD_MULTIPLE
+/// when TINYSCALE_MPI_PROGRESS=thread is set at that moment: the collective threads
+/// (mpi_collective_thread.hpp) call MPI while the rank's own thread does too. The collective
+/// thread is opt-in because Debian's Open MPI 4.1.4 corrupted its heap once in about 110 launches
+/// under MPI_THREAD_MULTIPLE (inside the first MPI_Comm_dup, with the cores busy), and never in
+/// the same launches without it.
 class MpiRuntime {
 public:
   /// Initialises MPI; an Error when another MpiRuntime lives or MPI was already finalised.
@@ -24,7 +27,8 @@ public:
   /// The number of processes in MPI_COMM_WORLD.
   int world_size() const { return world_size_; }
 
-  /// True when MPI granted MPI_THREAD_MULTIPLE (several threads may call MPI at once).
+  /// True when MPI_THREAD_MULTIPLE was asked for and granted (several threads may call MPI at
+  /// once).
   bool thread_multiple() const { return thread_multiple_; }
 
   /// The MpiRuntime alive in this process, or nullptr when there is none.
