@@ -12,8 +12,8 @@ namespace tinyscale::comm {
 /// when TINYSCALE_MPI_PROGRESS=thread is set at that moment: the collective threads
 /// (mpi_collective_thread.hpp) call MPI while the rank's own thread does too. The collective
 /// thread is opt-in because Debian's Open MPI 4.1.4 corrupted its heap once in about 110 launches
-/// under MPI_THREAD_MULTIPLE (inside the first MPI_Comm_dup, with the cores busy), and never in
-/// the same launches without it.
+/// under MPI_THREAD_MULTIPLE (inside the first MPI_Comm_dup, with the cores busy), which was
+/// never seen before the runtime asked for that level.
 class MpiRuntime {
 public:
   /// Initialises MPI; an Error when another MpiRuntime lives or MPI was already finalised.
