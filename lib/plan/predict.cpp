@@ -157,6 +157,10 @@ RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
 
 } // namespace
 
+bool splits_evenly(const ModelShape& model, int pp, int chunks) {
+  return model.layers % (pp * chunks) == 0;
+}
+
 void check_layout(const ModelShape& model, const PlanLayout& l, const Cluster& cluster) {
   model.validate();
   TS_CHECK(l.dp >= 1 && l.tp >= 1 && l.pp >= 1 && l.ep >= 1 && l.micro_batch >= 1 &&
@@ -170,9 +174,7 @@ void check_layout(const ModelShape& model, const PlanLayout& l, const Cluster& c
            l.chunks);
   const std::string problem = layout_problem(model, l); // the rules `tinyscale train` checks
   if (!problem.empty()) throw Error("plan: " + problem);
-  // The cost model's own assumption, not a rule of train: every stage (and chunk) holds the same
-  // number of layers.
-  TS_CHECK(model.layers % (l.pp * l.chunks) == 0, "plan: expected pp x chunks to divide the ",
+  TS_CHECK(splits_evenly(model, l.pp, l.chunks), "plan: expected pp x chunks to divide the ",
            model.layers, " layers (the cost model splits them evenly), found pp ", l.pp, " x v ",
            l.chunks);
 }

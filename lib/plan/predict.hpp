@@ -46,6 +46,11 @@ struct Prediction {
   Link tp_link, pp_link, dp_link, ep_link; ///< the slowest link of each group (name "" : none)
 };
 
+/// Whether the cost model can price `pp` stages of `chunks` chunks each: it gives every chunk the
+/// same number of layers, so pp x chunks must divide them. Not a rule of `tinyscale train`, which
+/// cuts uneven stages too.
+bool splits_evenly(const ModelShape& model, int pp, int chunks);
+
 /// Checks that `layout` can run `model` on `cluster` (sizes divide, the schedule is valid, the
 /// mesh fits on the topology) and throws naming the first problem.
 void check_layout(const ModelShape& model, const PlanLayout& layout, const Cluster& cluster);

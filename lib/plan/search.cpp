@@ -139,7 +139,7 @@ std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchS
   for (int tp : divisors(space.devices)) {
     if (!allowed(space.tp, tp)) continue;
     for (int pp : divisors(space.devices / tp)) {
-      if (!allowed(space.pp, pp) || model.layers % pp != 0) continue;
+      if (!allowed(space.pp, pp) || !splits_evenly(model, pp, 1)) continue;
       for (int ep : divisors(space.devices / (tp * pp))) {
         if (!allowed(space.ep, ep)) continue;
         const int dp = space.devices / (tp * pp * ep);
@@ -160,7 +160,7 @@ std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchS
                 continue;
               }
               for (int v = 2; v <= space.max_chunks; ++v)
-                if ((model.layers / pp) % v == 0) schedules.push_back({kind, v});
+                if (splits_evenly(model, pp, v)) schedules.push_back({kind, v});
             }
           }
           std::vector<PlanLayout> legal; // in schedule, then ZeRO order
