@@ -16,12 +16,6 @@
 
 namespace tinyscale::dp {
 
-/// Collective over `group`: sums every rank's share of a step's losses and MoE counts (each rank
-/// passes its rows' share; train::step_sums lays them out), so every rank ends with the whole
-/// batch's figures.
-void reduce_step_result(comm::Communicator& group, train::StepResult& r,
-                        const nn::ModelConfig& model);
-
 /// Owns one rank's Trainer (model, optimizer, data) and its DataParallel wrapper.
 class DpTrainer {
 public:

@@ -2,8 +2,7 @@
 
 #include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
-#include "dp/accumulate.hpp"
-#include "dp/trainer.hpp"
+#include "dp/step.hpp"
 #include "ep/moe_layer.hpp"
 #include "optim/clip.hpp"
 
@@ -74,41 +73,29 @@ EpTrainer::EpTrainer(io::RunConfig config, comm::Communicator& data_parallel,
 
 EpTrainer::~EpTrainer() = default;
 
+// The rows: the ep group g (data-parallel ranks g ep .. g ep + ep - 1) runs, in its micro-batch
+// m, the ep x b consecutive rows from ((g k + m) ep) b, rank i of the group the i-th b of them. So
+// a micro-batch of the ep group is one micro-batch of one rank (with ep x b rows), which global
+// capacity needs; with ep = 1 these are chapter 04's rows.
 train::StepResult EpTrainer::train_step() {
-  const auto start = std::chrono::steady_clock::now();
-  const train::TrainConfig& t = config_.train;
-  const std::int64_t k = t.micro_batches, rank = dp_->rank();
-  const std::int64_t global_tokens = t.batch_size * t.seq_len, tokens = rows_ * t.seq_len;
-  for (auto& l : loads_) l->reset();
-  train::StepResult r;
-  trainer_->zero_grad();
-  // The rows: the ep group g (data-parallel ranks g ep .. g ep + ep - 1) runs, in its
-  // micro-batch m, the ep x b consecutive rows from ((g k + m) ep) b, rank i of the group the
-  // i-th b of them. So a micro-batch of the ep group is one micro-batch of one rank (with ep x b
-  // rows), which global capacity needs; with ep = 1 these are chapter 04's rows.
+  const std::int64_t k = config_.train.micro_batches, rank = dp_->rank();
   const std::int64_t group = rank / ep_->size(), i = ep_->rank();
   TS_CHECK(i == rank % ep_->size(), "EpTrainer: expected the ep group to be ", ep_->size(),
            " consecutive data-parallel ranks, found data-parallel rank ", rank, " at ep rank ", i,
            "; build the groups from one mesh::Mesh with ep inside dp");
-  dp::accumulate_gradients(
-      *sync_, k, global_tokens,
-      [&](std::int64_t m) {
-        metrics::TraceRecorder::Scope scope(*trace_, "compute", "forward " + std::to_string(m),
-                                            "forward");
-        const std::int64_t first = ((group * k + m) * ep_->size() + i) * rows_;
-        nn::ModelOutput out = trainer_->forward_micro_batch(first, rows_);
-        train::Trainer::add_micro_batch(
-            r, out, static_cast<double>(tokens) / static_cast<double>(global_tokens));
-        return dp::MicroBatchLoss{out.loss, tokens};
-      },
-      *trace_);
-  dense_sync_->finish_gradient_sync();
-  expert_sync_->finish_gradient_sync();
-  dp::reduce_step_result(*dp_, r, config_.model);
-  metrics::TraceRecorder::Scope scope(*trace_, "compute", "optimizer", "optimizer");
+  for (auto& l : loads_) l->reset();
+  dp::StepPlan plan;
+  plan.rows = rows_;
+  plan.first_row = [&](std::int64_t m) { return ((group * k + m) * ep_->size() + i) * rows_; };
+  plan.sync = sync_.get();
+  plan.finish_gradients = [&] {
+    dense_sync_->finish_gradient_sync();
+    expert_sync_->finish_gradient_sync();
+  };
+  plan.replicas = dp_;
   // The norm of the whole model: the dense gradients are equal on every rank (count them once);
   // each expert lives on one rank of the ep group, so its squares are summed over ep.
-  trainer_->finish_step(r, start, [this] {
+  plan.grad_norm = [&] {
     const double dense = optim::global_grad_norm(dense_params_);
     const double mine = optim::global_grad_norm(expert_params_);
     Tensor experts = Tensor::from_vector(
@@ -116,8 +103,9 @@ train::StepResult EpTrainer::train_step() {
         ep_->buffer_memory() == Device::Kind::CUDA ? trainer_->device() : Device::cpu());
     comm::all_reduce(*ep_, experts);
     return std::sqrt(dense * dense + experts.item());
-  });
-  return r;
+  };
+  plan.trace = trace_;
+  return dp::data_parallel_step(*trainer_, plan);
 }
 
 double EpTrainer::evaluate() const { return trainer_->evaluate(); }

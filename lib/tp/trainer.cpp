@@ -1,22 +1,15 @@
 #include "tp/trainer.hpp"
 
-#include "autograd/grad_mode.hpp"
-#include "backend/backend.hpp"
 #include "comm/counting.hpp"
 #include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
-#include "dp/accumulate.hpp"
-#include "dp/trainer.hpp"
+#include "dp/step.hpp"
 #include "io/checkpoint.hpp"
-#include "metrics/flops.hpp"
 #include "ops/ops.hpp"
-#include "optim/clip.hpp"
-#include "optim/schedule.hpp"
 #include "tp/gradients.hpp"
 #include "tp/sharding.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 
 namespace tinyscale::tp {
@@ -40,16 +33,6 @@ TpContext context(comm::Communicator& tp, const TpOptions& options) {
            "found it with sequence parallelism, whose exit changes the shape; turn one off");
   return TpContext{&tp, options.sequence_parallel, options.identity_g_layer};
 }
-
-/// A GradientSync for dp = 1: backward passes have nothing to synchronise.
-class LocalSync : public dp::GradientSync {
-public:
-  bool syncing() const override { return syncing_; }
-  void set_syncing(bool syncing) override { syncing_ = syncing; }
-
-private:
-  bool syncing_ = true;
-};
 
 /// The parameter an optimizer state tensor belongs to ("exp_avg.h.0.ln_1.weight" -> its name).
 std::string state_parameter(const std::string& name) {
@@ -78,31 +61,26 @@ TpTrainer::TpTrainer(io::RunConfig config, comm::Communicator& tp, comm::Communi
 
 TpTrainer::~TpTrainer() = default;
 
+// Every rank of a tp group runs the same rows; the dp groups split the batch as in chapter 04.
+// After backward the sequence-parallel gradients are summed over tp, and the norm too.
 train::StepResult TpTrainer::train_step() {
-  const auto start = std::chrono::steady_clock::now();
-  const train::TrainConfig& t = trainer_.config().train;
-  const std::int64_t k = t.micro_batches, dp_rank = dp_ != nullptr ? dp_->rank() : 0;
-  const std::int64_t global_tokens = t.batch_size * t.seq_len, tokens = rows_ * t.seq_len;
-  train::StepResult r;
-  trainer_.zero_grad();
-  LocalSync local;
-  dp::GradientSync& sync = data_parallel_ ? static_cast<dp::GradientSync&>(*data_parallel_) : local;
-  // Every rank of a tp group runs the same rows; the dp groups split the batch as in chapter 04.
-  dp::accumulate_gradients(
-      sync, k, global_tokens,
-      [&](std::int64_t m) {
-        nn::ModelOutput out = trainer_.forward_micro_batch((dp_rank * k + m) * rows_, rows_);
-        train::Trainer::add_micro_batch(
-            r, out, static_cast<double>(tokens) / static_cast<double>(global_tokens));
-        return dp::MicroBatchLoss{out.loss, tokens};
-      },
-      no_trace_);
-  if (data_parallel_) data_parallel_->finish_gradient_sync();
-  comm::CountingRegion region(*tp_, "gradients"); // the SP sum and the norm (bench tp)
-  all_reduce_sequence_parallel_grads(model_->sequence_parallel_parameters(), *tp_);
-  if (size_of(dp_) > 1) dp::reduce_step_result(*dp_, r, trainer_.config().model);
-  trainer_.finish_step(r, start, [&] { return global_grad_norm(model_->parameters(), *tp_); });
-  return r;
+  const std::int64_t k = trainer_.config().train.micro_batches;
+  const std::int64_t dp_rank = dp_ != nullptr ? dp_->rank() : 0;
+  dp::StepPlan plan;
+  plan.rows = rows_;
+  plan.first_row = [&](std::int64_t m) { return (dp_rank * k + m) * rows_; };
+  plan.sync = data_parallel_.get();
+  plan.finish_gradients = [&] {
+    if (data_parallel_) data_parallel_->finish_gradient_sync();
+    comm::CountingRegion region(*tp_, "gradients"); // the SP sum and the norm (bench tp)
+    all_reduce_sequence_parallel_grads(model_->sequence_parallel_parameters(), *tp_);
+  };
+  plan.replicas = dp_;
+  plan.grad_norm = [&] {
+    comm::CountingRegion region(*tp_, "gradients");
+    return global_grad_norm(model_->parameters(), *tp_);
+  };
+  return dp::data_parallel_step(trainer_, plan);
 }
 
 std::int64_t TpTrainer::parameter_count() const {

@@ -75,7 +75,6 @@ private:
   const TpGPT* model_ = nullptr; // the trainer's model
   train::Trainer trainer_;
   std::unique_ptr<dp::DataParallel> data_parallel_;
-  metrics::TraceRecorder no_trace_;
   std::int64_t rows_ = 0;
 };
 

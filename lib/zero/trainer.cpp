@@ -1,9 +1,9 @@
 #include "zero/trainer.hpp"
 
-#include "autograd/engine.hpp"
 #include "core/error.hpp"
-#include "dp/trainer.hpp"
-#include "optim/clip.hpp"
+#include "dp/step.hpp"
+
+#include <optional>
 
 namespace tinyscale::zero {
 
@@ -32,35 +32,31 @@ ZeroTrainer::ZeroTrainer(io::RunConfig config, comm::Communicator& group, ZeroOp
                                                 group, config.optim, options);
 }
 
+// Chapter 04's step and rows; ShardedDataParallel reduce-scatters during backward (stage 1 only in
+// the last micro-batch's), and its shards, not the trainer, hold the norm's squares and AdamW.
 train::StepResult ZeroTrainer::train_step() {
-  const auto start = std::chrono::steady_clock::now();
-  const train::TrainConfig& t = trainer_.config().train;
-  const std::int64_t k = t.micro_batches, rank = group_->rank();
-  // Each micro-batch's mean loss is weighted by its share of the step's tokens, so the gradients
-  // summed over ranks are the gradient of the mean over the whole batch (dp/accumulate.hpp).
-  const std::int64_t global_tokens = t.batch_size * t.seq_len, tokens = rows_ * t.seq_len;
-  const double weight = static_cast<double>(tokens) / static_cast<double>(global_tokens);
+  const std::int64_t k = trainer_.config().train.micro_batches, rank = group_->rank();
+  std::optional<CountAllocations> counting; // activations: each micro-batch's forward + backward
+  dp::StepPlan plan;
+  plan.rows = rows_;
+  plan.first_row = [&](std::int64_t m) { return (rank * k + m) * rows_; };
+  plan.before_micro_batch = [&](std::int64_t m) {
+    zero_->begin_micro_batch(m + 1 == k);
+    counting.emplace(activations_);
+  };
+  plan.after_micro_batch = [&](std::int64_t) {
+    counting.reset();
+    zero_->end_micro_batch();
+  };
+  plan.replicas = group_;
+  plan.grad_norm = [&] { return zero_->grad_norm(); };
+  plan.optimizer_step = [&](double lr, double clip) { zero_->step(lr, clip); };
   // stage 3 gathers and frees around each block; stages 2 and 3 mark where a block's backward ends
-  nn::ForwardHooks* hooks = zero_->stage() >= 2 ? zero_.get() : nullptr;
-  train::StepResult r;
+  plan.hooks = zero_->stage() >= 2 ? zero_.get() : nullptr;
   activations_.reset_peak();
   const std::int64_t before = activations_.live_bytes();
-  for (std::int64_t m = 0; m < k; ++m) {
-    zero_->begin_micro_batch(m + 1 == k);
-    {
-      CountAllocations count(activations_);
-      nn::ModelOutput out = trainer_.forward_micro_batch((rank * k + m) * rows_, rows_, hooks);
-      train::Trainer::add_micro_batch(r, out, weight);
-      backward(out.loss * weight);
-    }
-    zero_->end_micro_batch();
-  }
+  train::StepResult r = dp::data_parallel_step(trainer_, plan);
   activation_peak_ = activations_.peak_bytes() - before;
-  dp::reduce_step_result(*group_, r, trainer_.config().model);
-  r.grad_norm = zero_->grad_norm();
-  zero_->step(trainer_.learning_rate(),
-              optim::clip_factor(trainer_.config().optim.grad_clip, r.grad_norm));
-  trainer_.end_step(r, start);
   return r;
 }
 
