@@ -9,11 +9,14 @@
 #include "ep/capacity.hpp"
 #include "ep/load.hpp"
 #include "ep/placement.hpp"
+#include "ep/shard_map.hpp"
 #include "io/config.hpp"
 #include "pp/stage_model.hpp"
 #include "tp/model.hpp"
+#include "tp/sharding.hpp"
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace tinyscale::fourd {
@@ -32,8 +35,7 @@ struct MeshAxes {
   bool experts_over_dense_group = false;
 };
 
-/// Whether `name` is an expert's parameter (h.N.mlp.experts.e.*).
-bool is_expert_parameter(const std::string& name);
+using ep::is_expert_parameter; // chapter 08's: h.N.mlp.experts.e.*
 
 /// One rank's shards of the whole model (every block: the executor trains its stages').
 class MeshStages : public pp::StageModel {
@@ -69,6 +71,8 @@ private:
   MeshAxes axes_;
   std::vector<std::unique_ptr<ep::EpLayerLoad>> loads_; // the layers point at them
   tp::TpGPT model_;
+  tp::TpShardMap tp_shards_;                    // where tp puts each parameter (checkpoints)
+  std::optional<ep::ExpertShardMap> ep_shards_; // and ep each expert (with ep only)
 };
 
 } // namespace tinyscale::fourd

@@ -10,9 +10,12 @@
 #include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 #include "pp/trainer.hpp"
+#include "train/sharded_checkpoint.hpp"
 #include "zero/sharded_adamw.hpp"
 
+#include <functional>
 #include <map>
+#include <tuple>
 
 namespace tinyscale::pp {
 
@@ -31,66 +34,58 @@ int PipelineTrainer::trainer_rank(const std::string& name) const {
   // EXERCISE 12.2 end
 }
 
-std::string PipelineTrainer::save_checkpoint() {
-  NoGradGuard no_grad;
-  // This rank's AdamW state by name (without ZeRO); with ZeRO-1, where each parameter is.
-  std::map<std::string, Tensor> adamw_state;
-  std::map<std::string, std::int64_t> adamw_steps;
-  if (adamw_ != nullptr) {
-    for (const auto& [name, t] : adamw_->state_tensors()) adamw_state[name] = t;
-    for (std::size_t i = 0; i < adamw_->parameters().size(); ++i)
-      adamw_steps[adamw_->parameters()[i].name] = adamw_->step_count(i);
+namespace {
+// The pipeline's shard map: the stage model's (tp and ep inside a stage), then the pipeline's own
+// axis, each parameter broadcast from the rank whose stage trains it.
+class PipelineShards : public train::ShardMap {
+public:
+  PipelineShards(StageModel& model, comm::Communicator& pipeline,
+                 std::function<int(const std::string&)> trainer_rank)
+      : model_(&model), pipeline_(&pipeline), trainer_rank_(std::move(trainer_rank)) {}
+  bool holds(const std::string& name) const override { return model_->holds(name); }
+  Tensor join(const std::string& name, const Tensor& piece) override {
+    return model_->join(name, piece);
   }
+  void share(const std::string& name, Tensor& whole) override {
+    model_->share(name, whole);                              // from the ep rank holding it
+    comm::broadcast(*pipeline_, whole, trainer_rank_(name)); // from the stage training it
+  }
+  Tensor cut(const std::string& name, const Tensor& whole) const override {
+    return model_->cut(name, whole);
+  }
+
+private:
+  StageModel* model_;
+  comm::Communicator* pipeline_;
+  std::function<int(const std::string&)> trainer_rank_;
+};
+} // namespace
+
+std::string PipelineTrainer::save_checkpoint() {
+  PipelineShards shards(*model_, *group_, [this](const std::string& n) { return trainer_rank(n); });
+  // This rank's pieces: moments from its AdamW, or (ZeRO-1) gathered from the slices of its
+  // data-parallel group (collective over it: every rank of the group owns the same parameters).
   std::map<std::string, std::pair<zero::ShardedAdamW*, std::size_t>> sliced;
   for (auto& s : sharded_)
     for (std::size_t i = 0; i < s->parameters().size(); ++i)
       sliced[s->parameters()[i].name] = {s.get(), i};
-
-  const nn::ParameterList& whole = trainer_.model().parameters(); // names, shapes, order
-  optim::StateTensors state;
-  std::vector<std::int64_t> steps;
-  for (const nn::NamedParameter& w : whole) {
-    const std::string& name = w.name;
-    Tensor p, m, v;
-    Tensor count = Tensor::zeros(Shape({1}), DType::Float64);
-    if (model_->holds(name)) {
-      const Tensor local = nn::find_parameter(model_->parameters(), name).tensor.detach();
-      Tensor lm = Tensor::zeros(local.shape(), local.dtype());
-      Tensor lv = Tensor::zeros(local.shape(), local.dtype());
-      if (owns(name) && adamw_ != nullptr) {
-        lm = adamw_state.at("exp_avg." + name);
-        lv = adamw_state.at("exp_avg_sq." + name);
-        count = Tensor::from_vector({static_cast<double>(adamw_steps.at(name))}, Shape({1}),
-                                    DType::Float64);
-      } else if (owns(name)) {
-        const auto [opt, i] = sliced.at(name);
-        std::tie(lm, lv) = opt->whole_moments(i); // collective over its data-parallel group
-        count = Tensor::from_vector({static_cast<double>(opt->step_count(i))}, Shape({1}),
-                                    DType::Float64);
-      }
-      // copies: the broadcasts below write into them, never into the model's own tensors
-      p = model_->join(name, local).clone();
-      m = model_->join(name, lm).clone();
-      v = model_->join(name, lv).clone();
-    } else {
-      p = Tensor::empty(w.tensor.shape(), w.tensor.dtype());
-      m = Tensor::empty(w.tensor.shape(), w.tensor.dtype());
-      v = Tensor::empty(w.tensor.shape(), w.tensor.dtype());
+  const auto from_adamw = train::held_in(model_->parameters(), adamw_.get());
+  const auto held = [&](const std::string& name) {
+    train::HeldParameter h = from_adamw(name);
+    if (const auto at = sliced.find(name); at != sliced.end() && owns(name)) {
+      std::tie(h.exp_avg, h.exp_avg_sq) = at->second.first->whole_moments(at->second.second);
+      h.steps = at->second.first->step_count(at->second.second);
     }
-    for (Tensor* t : {&p, &m, &v, &count}) {
-      model_->share(name, *t);                          // from the ep rank holding it
-      comm::broadcast(*group_, *t, trainer_rank(name)); // from the stage training it
-    }
-    Tensor(w.tensor).copy_(p); // the single-rank model train::Trainer writes
-    state.emplace_back("exp_avg." + name, m);
-    state.emplace_back("exp_avg_sq." + name, v);
-    steps.push_back(static_cast<std::int64_t>(count.item()));
-  }
-  state.emplace_back("step",
-                     Tensor::from_ids(steps, Shape({static_cast<std::int64_t>(steps.size())})));
+    return h;
+  };
+  io::Checkpoint c = train::join_checkpoint(shards, trainer_.model().parameters(), held);
+  trainer_.stamp(c);
+  NoGradGuard no_grad;
+  for (const auto& [name, t] : c.model) // the single-rank model follows the stages
+    Tensor(nn::find_parameter(trainer_.model().parameters(), name).tensor).copy_(t);
   const bool writer = group_->rank() == 0 && model_->leads() &&
                       (data_parallel_ == nullptr || data_parallel_->rank() == 0);
-  if (writer) (void)trainer_.save_checkpoint(std::move(state));
+  if (writer) (void)trainer_.write_checkpoint(c);
   // Nobody reads it before it is complete: the writer is rank 0 of each group, and the barriers
   // run innermost first, so every rank leaves the last one after the writer entered the first.
   model_->barrier();
@@ -100,48 +95,41 @@ std::string PipelineTrainer::save_checkpoint() {
 }
 
 void PipelineTrainer::resume(const std::string& path) {
+  PipelineShards shards(*model_, *group_, [this](const std::string& n) { return trainer_rank(n); });
   const io::Checkpoint c = io::read_checkpoint(path);
-  // Check everything before changing anything: the config and the whole parameters (restore,
-  // which also loads them into the single-rank model and sets the step), the moments, the cuts.
-  std::map<std::string, Tensor> saved(c.model.begin(), c.model.end());
-  std::map<std::string, Tensor> state(c.optimizer.begin(), c.optimizer.end());
-  const nn::ParameterList& whole = trainer_.model().parameters();
-  TS_CHECK(state.count("step") == 1 &&
-               state.at("step").numel() == static_cast<std::int64_t>(whole.size()),
-           "resume: expected AdamW step counts for ", whole.size(), " parameters in ", path,
-           ", found ", state.count("step") ? state.at("step").numel() : 0,
-           "; the checkpoint was not written by a training run of this model");
-  const std::vector<double> counts = state.at("step").to_vector();
+  // Check everything before changing anything: the config and this rank's cuts (cut_checkpoint),
+  // the whole parameters (restore, which also loads them into the single-rank model and sets the
+  // step), then the AdamW state this rank keeps.
+  const io::Checkpoint own =
+      train::cut_checkpoint(shards, c, model_->parameters(), trainer_.config(), path);
+  const std::map<std::string, Tensor> piece(own.model.begin(), own.model.end());
+  const std::map<std::string, Tensor> state(own.optimizer.begin(), own.optimizer.end());
   std::map<std::string, std::int64_t> step_of;
-  for (std::size_t i = 0; i < whole.size(); ++i) {
-    const std::string& name = whole[i].name;
-    step_of[name] = static_cast<std::int64_t>(counts[i]);
-    for (const char* kind : {"exp_avg.", "exp_avg_sq."})
-      TS_CHECK(state.count(kind + name) == 1, "resume: expected the AdamW moment '", kind, name,
-               "' in ", path, ", found none; the checkpoint has no optimizer state for it");
+  if (const auto at = state.find("step"); at != state.end()) {
+    const std::vector<double> counts = at->second.to_vector();
+    for (std::size_t i = 0; i < own.model.size(); ++i)
+      step_of[own.model[i].first] = static_cast<std::int64_t>(counts[i]);
   }
-  std::map<std::string, Tensor> local; // this rank's pieces of its parameters
-  for (const nn::NamedParameter& p : model_->parameters()) {
-    TS_CHECK(saved.count(p.name) == 1, "resume: expected parameter '", p.name, "' in ", path,
-             ", found none; the model configs differ");
-    Tensor piece = model_->cut(p.name, saved.at(p.name));
-    TS_CHECK(piece.shape() == p.tensor.shape(), "resume: parameter '", p.name, "' cuts into ",
-             piece.shape().str(), " for this rank, which holds ", p.tensor.shape().str(),
-             "; the model configs differ");
-    local[p.name] = piece;
-  }
+  std::vector<std::string> trained; // the parameters whose AdamW state this rank keeps
+  if (adamw_ != nullptr)
+    for (const nn::NamedParameter& p : adamw_->parameters()) trained.push_back(p.name);
+  for (const auto& s : sharded_)
+    for (const nn::NamedParameter& p : s->parameters()) trained.push_back(p.name);
+  for (const std::string& name : trained)
+    TS_CHECK(step_of.count(name) == 1 && state.count("exp_avg." + name) == 1 &&
+                 state.count("exp_avg_sq." + name) == 1,
+             "resume: expected the AdamW moments and step count of '", name, "' in ", path,
+             ", found none; the checkpoint was not written by a training run of this model");
   trainer_.restore(c, path);
   NoGradGuard no_grad;
-  for (const nn::NamedParameter& p : model_->parameters()) Tensor(p.tensor).copy_(local.at(p.name));
+  for (const nn::NamedParameter& p : model_->parameters()) Tensor(p.tensor).copy_(piece.at(p.name));
   if (adamw_ != nullptr) {
     optim::StateTensors mine;
     std::vector<std::int64_t> steps;
-    for (const nn::NamedParameter& p : adamw_->parameters()) {
-      mine.emplace_back("exp_avg." + p.name, model_->cut(p.name, state.at("exp_avg." + p.name)));
-      mine.emplace_back("exp_avg_sq." + p.name,
-                        model_->cut(p.name, state.at("exp_avg_sq." + p.name)));
-      steps.push_back(step_of.at(p.name));
-    }
+    for (const char* kind : {"exp_avg.", "exp_avg_sq."})
+      for (const nn::NamedParameter& p : adamw_->parameters())
+        mine.emplace_back(kind + p.name, state.at(kind + p.name));
+    for (const nn::NamedParameter& p : adamw_->parameters()) steps.push_back(step_of.at(p.name));
     mine.emplace_back("step",
                       Tensor::from_ids(steps, Shape({static_cast<std::int64_t>(steps.size())})));
     adamw_->load_state(mine);
@@ -149,8 +137,7 @@ void PipelineTrainer::resume(const std::string& path) {
   for (auto& s : sharded_)
     for (std::size_t i = 0; i < s->parameters().size(); ++i) {
       const std::string& name = s->parameters()[i].name;
-      s->load(i, model_->cut(name, state.at("exp_avg." + name)),
-              model_->cut(name, state.at("exp_avg_sq." + name)), step_of.at(name));
+      s->load(i, state.at("exp_avg." + name), state.at("exp_avg_sq." + name), step_of.at(name));
     }
 }
 

@@ -8,6 +8,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/tensor.hpp"
+#include "train/sharded_checkpoint.hpp"
 
 #include <string>
 #include <vector>
@@ -40,5 +41,25 @@ Tensor join_shards(const std::vector<Tensor>& shards, const ShardSpec& spec);
 /// Collective over `tp`: the full tensor, on the host, from every rank's `shard` (a copy of it
 /// when replicated). The gather runs where the shard lives (an nccl group needs device buffers).
 Tensor gather_full(comm::Communicator& tp, const Tensor& shard, const ShardSpec& spec);
+
+/// Where tensor parallelism puts each parameter, for checkpoints: every rank holds a piece, cut by
+/// the parameter's shard_spec over `tp` (which must outlive the map).
+class TpShardMap : public train::ShardMap {
+public:
+  explicit TpShardMap(comm::Communicator& tp) : tp_(&tp) {}
+  bool holds(const std::string& name) const override {
+    (void)name;
+    return true;
+  }
+  Tensor join(const std::string& name, const Tensor& piece) override {
+    return gather_full(*tp_, piece, shard_spec(name));
+  }
+  Tensor cut(const std::string& name, const Tensor& whole) const override {
+    return cut_shard(whole, shard_spec(name), tp_->rank(), tp_->size());
+  }
+
+private:
+  comm::Communicator* tp_;
+};
 
 } // namespace tinyscale::tp

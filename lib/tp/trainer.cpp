@@ -34,13 +34,6 @@ TpContext context(comm::Communicator& tp, const TpOptions& options) {
   return TpContext{&tp, options.sequence_parallel, options.identity_g_layer};
 }
 
-/// The parameter an optimizer state tensor belongs to ("exp_avg.h.0.ln_1.weight" -> its name).
-std::string state_parameter(const std::string& name) {
-  for (const std::string prefix : {"exp_avg_sq.", "exp_avg."})
-    if (name.rfind(prefix, 0) == 0) return name.substr(prefix.size());
-  return "";
-}
-
 } // namespace
 
 TpTrainer::TpTrainer(io::RunConfig config, comm::Communicator& tp, comm::Communicator* dp,
@@ -92,49 +85,26 @@ std::int64_t TpTrainer::parameter_count() const {
 
 // The join: every shard (and its AdamW moments) gathered whole, by the parameter's shard spec.
 std::string TpTrainer::save_checkpoint() const {
-  io::Checkpoint c = trainer_.checkpoint();
-  for (auto& [name, tensor] : c.model) tensor = gather_full(*tp_, tensor, shard_spec(name));
-  for (auto& [name, tensor] : c.optimizer) {
-    const std::string param = state_parameter(name);
-    if (!param.empty()) tensor = gather_full(*tp_, tensor, shard_spec(param));
-  }
+  TpShardMap shards(*tp_);
+  io::Checkpoint c = train::join_checkpoint(shards, model_->parameters(),
+                                            train::held_in(model_->parameters(), &optimizer()));
+  trainer_.stamp(c);
   const bool writer = tp_->rank() == 0 && (dp_ == nullptr || dp_->rank() == 0);
-  const std::string& root = trainer_.config().train.checkpoint_dir;
   std::string dir;
   if (writer) dir = trainer_.write_checkpoint(c);
   // Nobody reads the checkpoint before it is complete.
   if (dp_ != nullptr) dp_->barrier();
   tp_->barrier();
-  return writer ? dir : root + "/" + io::checkpoint_dir_name(c.step);
+  return writer ? dir
+                : trainer_.config().train.checkpoint_dir + "/" + io::checkpoint_dir_name(c.step);
 }
 
 // The cut: this rank's shard of every whole tensor, then chapter 02's restore checks and loads it.
 void TpTrainer::resume(const std::string& path) {
-  io::Checkpoint c = io::read_checkpoint(path);
-  // Check everything before changing anything, so a refused resume leaves the trainer as it was.
-  train::check_same_run(io::parse_config(c.config_toml, path + " (manifest config)"),
-                        trainer_.config(), path);
-  const int rank = tp_->rank(), ranks = tp_->size();
-  const nn::ParameterList& params = model_->parameters();
-  auto cut = [&](const std::string& param, Tensor& full, const std::string& what) {
-    const auto held = std::find_if(params.begin(), params.end(),
-                                   [&](const nn::NamedParameter& p) { return p.name == param; });
-    if (held == params.end()) return; // not in this model: restore() names it
-    const Tensor& like = held->tensor;
-    const Tensor shard = cut_shard(full, shard_spec(param), rank, ranks);
-    TS_CHECK(shard.shape() == like.shape() && full.dtype() == like.dtype(), "resume: ", what, " '",
-             param, "' is ", full.shape().str(), " ", dtype_name(full.dtype()),
-             " in the checkpoint, which cuts into ", shard.shape().str(), " for tp rank ", rank,
-             " of ", ranks, ", but this rank holds ", like.shape().str(), " ",
-             dtype_name(like.dtype()), "; the model configs differ");
-    full = shard;
-  };
-  for (auto& [name, tensor] : c.model) cut(name, tensor, "parameter");
-  for (auto& [name, tensor] : c.optimizer) {
-    const std::string param = state_parameter(name);
-    if (!param.empty()) cut(param, tensor, "optimizer state of");
-  }
-  trainer_.restore(c, path);
+  const TpShardMap shards(*tp_);
+  const io::Checkpoint c = io::read_checkpoint(path);
+  trainer_.restore(train::cut_checkpoint(shards, c, model_->parameters(), trainer_.config(), path),
+                   path);
 }
 
 } // namespace tinyscale::tp

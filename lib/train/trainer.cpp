@@ -189,13 +189,17 @@ io::Checkpoint Trainer::checkpoint(optim::StateTensors optimizer_state) const {
            "state ", mine ? "from this trainer (pass none)" : "from the caller, who owns it",
            ", found ", mine ? "one passed in" : "none");
   io::Checkpoint c;
-  c.step = step_;
-  c.config_toml = io::to_toml(config_);
+  stamp(c);
   for (const auto& p : model_->parameters()) c.model.emplace_back(p.name, p.tensor);
   c.optimizer = mine ? optimizer_.state_tensors() : std::move(optimizer_state);
+  return c;
+}
+
+void Trainer::stamp(io::Checkpoint& c) const {
+  c.step = step_;
+  c.config_toml = io::to_toml(config_);
   // The only random state is (seed, step): data rows and dropout masks are pure functions of it.
   c.state = {{"train_seed", config_.train.seed}, {"data_seed", config_.data.seed}};
-  return c;
 }
 
 namespace {

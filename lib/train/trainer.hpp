@@ -73,6 +73,8 @@ public:
   /// rank's parameters and the optimizer state (`optimizer_state` as for save_checkpoint). A
   /// trainer whose ranks hold shards joins them in it before writing.
   io::Checkpoint checkpoint(optim::StateTensors optimizer_state = {}) const;
+  /// Adds to `c` what a checkpoint holds besides tensors: the step, the config and the seeds.
+  void stamp(io::Checkpoint& c) const;
   /// Writes `c` under train.checkpoint_dir and prunes older checkpoints as
   /// train.checkpoint_keep_last and checkpoint_keep_every say; returns the step directory. The
   /// one place every layout's writer saves through.

@@ -10,10 +10,6 @@
 
 namespace tinyscale::fourd {
 
-bool is_expert_parameter(const std::string& name) {
-  return name.find(".mlp.experts.") != std::string::npos;
-}
-
 namespace {
 tp::TpContext tp_context(const MeshAxes& axes) {
   TS_CHECK(axes.tp != nullptr, "MeshStages: expected a tp group (size 1 without tensor ",
@@ -40,10 +36,14 @@ nn::MoeLayerFactory expert_layers(const io::RunConfig& config, const MeshAxes& a
 
 MeshStages::MeshStages(const io::RunConfig& config, MeshAxes axes)
     : axes_(axes), model_(config.model, config.train.seed, tp_context(axes),
-                          expert_layers(config, axes, loads_)) {
+                          expert_layers(config, axes, loads_)),
+      tp_shards_(*axes.tp) {
   TS_CHECK(axes.ep == nullptr || axes.expert_data_parallel != nullptr,
            "MeshStages: expert parallelism needs the expert-data-parallel group (the mesh's ",
            "\"dp x cp\"), found none");
+  if (axes.ep != nullptr)
+    ep_shards_.emplace(
+        *axes.ep, ep::ExpertPlacement(config.model.moe.n_experts, axes.ep->size(), axes.placement));
 }
 
 MeshStages::~MeshStages() = default;
@@ -100,19 +100,15 @@ bool MeshStages::counts_in_norm(const std::string& name, bool sharded) const {
 }
 
 Tensor MeshStages::join(const std::string& name, const Tensor& local) {
-  return tp::gather_full(*axes_.tp, local, tp::shard_spec(name));
+  return tp_shards_.join(name, local);
 }
 
 Tensor MeshStages::cut(const std::string& name, const Tensor& full) const {
-  return tp::cut_shard(full, tp::shard_spec(name), axes_.tp->rank(), axes_.tp->size());
+  return tp_shards_.cut(name, full);
 }
 
 void MeshStages::share(const std::string& name, Tensor& full) {
-  const int e = ep::expert_index(name);
-  if (axes_.ep == nullptr || e < 0) return;
-  const ep::ExpertPlacement placement(model_.config().moe.n_experts, axes_.ep->size(),
-                                      axes_.placement);
-  comm::broadcast(*axes_.ep, full, placement.owner(e));
+  if (ep_shards_) ep_shards_->share(name, full);
 }
 
 bool MeshStages::leads() const {

@@ -1,0 +1,124 @@
+#include "train/sharded_checkpoint.hpp"
+
+#include "autograd/grad_mode.hpp"
+#include "core/error.hpp"
+#include "train/trainer.hpp"
+
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace tinyscale::train {
+
+io::Checkpoint join_checkpoint(ShardMap& map, const nn::ParameterList& whole,
+                               const std::function<HeldParameter(const std::string&)>& held) {
+  NoGradGuard no_grad;
+  io::Checkpoint c;
+  io::NamedTensors exp_avg, exp_avg_sq;
+  std::vector<std::int64_t> steps;
+  for (const nn::NamedParameter& w : whole) {
+    const std::string& name = w.name;
+    Tensor p, m, v;
+    Tensor count = Tensor::zeros(Shape({1}), DType::Float64, w.tensor.device());
+    if (map.holds(name)) {
+      const HeldParameter h = held(name);
+      // copies: share() below writes into them, never into the model's or optimizer's tensors
+      p = map.join(name, h.value.detach()).clone();
+      m = map.join(name, h.exp_avg).clone();
+      v = map.join(name, h.exp_avg_sq).clone();
+      count = Tensor::from_vector({static_cast<double>(h.steps)}, Shape({1}), DType::Float64,
+                                  w.tensor.device());
+    } else {
+      p = Tensor::empty(w.tensor.shape(), w.tensor.dtype(), w.tensor.device());
+      m = Tensor::empty(w.tensor.shape(), w.tensor.dtype(), w.tensor.device());
+      v = Tensor::empty(w.tensor.shape(), w.tensor.dtype(), w.tensor.device());
+    }
+    for (Tensor* t : {&p, &m, &v, &count}) map.share(name, *t);
+    c.model.emplace_back(name, p);
+    exp_avg.emplace_back("exp_avg." + name, m);
+    exp_avg_sq.emplace_back("exp_avg_sq." + name, v);
+    steps.push_back(static_cast<std::int64_t>(count.item()));
+  }
+  c.optimizer = std::move(exp_avg);
+  c.optimizer.insert(c.optimizer.end(), exp_avg_sq.begin(), exp_avg_sq.end());
+  c.optimizer.emplace_back(
+      "step", Tensor::from_ids(steps, Shape({static_cast<std::int64_t>(steps.size())})));
+  return c;
+}
+
+std::function<HeldParameter(const std::string&)> held_in(const nn::ParameterList& params,
+                                                         const optim::AdamW* adamw) {
+  auto state = std::make_shared<std::map<std::string, Tensor>>();
+  auto steps = std::make_shared<std::map<std::string, std::int64_t>>();
+  if (adamw != nullptr) {
+    for (auto& [name, t] : adamw->state_tensors()) (*state)[name] = t;
+    for (std::size_t i = 0; i < adamw->parameters().size(); ++i)
+      (*steps)[adamw->parameters()[i].name] = adamw->step_count(i);
+  }
+  return [&params, state, steps](const std::string& name) {
+    HeldParameter h;
+    h.value = nn::find_parameter(params, name).tensor;
+    if (const auto at = steps->find(name); at != steps->end()) {
+      h.exp_avg = state->at("exp_avg." + name);
+      h.exp_avg_sq = state->at("exp_avg_sq." + name);
+      h.steps = at->second;
+    } else {
+      h.exp_avg = Tensor::zeros(h.value.shape(), h.value.dtype(), h.value.device());
+      h.exp_avg_sq = Tensor::zeros(h.value.shape(), h.value.dtype(), h.value.device());
+    }
+    return h;
+  };
+}
+
+io::Checkpoint cut_checkpoint(const ShardMap& map, const io::Checkpoint& whole,
+                              const nn::ParameterList& mine, const io::RunConfig& config,
+                              const std::string& path) {
+  // Check everything before changing anything, the config first (a bad cut is its symptom).
+  check_same_run(io::parse_config(whole.config_toml, path + " (manifest config)"), config, path);
+  const std::map<std::string, Tensor> model(whole.model.begin(), whole.model.end());
+  const std::map<std::string, Tensor> state(whole.optimizer.begin(), whole.optimizer.end());
+  // The saved step counts follow the saved parameter order.
+  std::map<std::string, std::int64_t> saved_steps;
+  if (auto it = state.find("step"); it != state.end()) {
+    const std::vector<double> v = it->second.to_vector();
+    TS_CHECK(v.size() == whole.model.size(), "resume: expected one AdamW step count per ",
+             "parameter in ", path, " (", whole.model.size(), "), found ", v.size(),
+             "; the checkpoint is damaged");
+    for (std::size_t i = 0; i < v.size(); ++i)
+      saved_steps[whole.model[i].first] = static_cast<std::int64_t>(v[i]);
+  }
+  io::Checkpoint own; // this rank's part, in its parameter order
+  own.step = whole.step;
+  own.config_toml = whole.config_toml;
+  own.state = whole.state;
+  io::NamedTensors exp_avg, exp_avg_sq;
+  std::vector<std::int64_t> steps;
+  for (const nn::NamedParameter& p : mine) {
+    const auto it = model.find(p.name);
+    TS_CHECK(it != model.end(), "resume: expected parameter '", p.name, "' in ", path,
+             ", found none; the model configs differ");
+    const Tensor piece = map.cut(p.name, it->second);
+    TS_CHECK(piece.shape() == p.tensor.shape() && piece.dtype() == p.tensor.dtype(),
+             "resume: ", "parameter '", p.name, "' is ", it->second.shape().str(), " ",
+             dtype_name(it->second.dtype()), " in ", path, ", which cuts into ",
+             piece.shape().str(), " for this rank, but this rank holds ", p.tensor.shape().str(),
+             " ", dtype_name(p.tensor.dtype()), "; the model configs differ");
+    own.model.emplace_back(p.name, piece);
+    for (auto [prefix, list] :
+         {std::pair{"exp_avg.", &exp_avg}, std::pair{"exp_avg_sq.", &exp_avg_sq}})
+      if (auto s = state.find(prefix + p.name); s != state.end())
+        list->emplace_back(s->first, map.cut(p.name, s->second));
+    if (!saved_steps.empty()) {
+      const auto s = saved_steps.find(p.name);
+      steps.push_back(s != saved_steps.end() ? s->second : 0);
+    }
+  }
+  own.optimizer = std::move(exp_avg);
+  own.optimizer.insert(own.optimizer.end(), exp_avg_sq.begin(), exp_avg_sq.end());
+  if (!saved_steps.empty())
+    own.optimizer.emplace_back(
+        "step", Tensor::from_ids(steps, Shape({static_cast<std::int64_t>(steps.size())})));
+  return own;
+}
+
+} // namespace tinyscale::train
