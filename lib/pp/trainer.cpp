@@ -4,7 +4,7 @@
 // the deferred W pass of a split backward. Stages never share a graph: even two virtual stages
 // on one rank (p = 1 with chunks) hand over a detached copy, exactly like a send.
 #include "pp/trainer.hpp"
-#include "zero/sharded_adamw.hpp"
+#include "zero/sharded_dp.hpp"
 
 #include "autograd/engine.hpp"
 #include "autograd/grad_mode.hpp"
@@ -114,8 +114,13 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
       }
       lists[static_cast<std::size_t>(at - groups.begin())].push_back(p);
     }
+    // chapter 07's ZeRO-1, reducing once the step's own sums are done (finish_step); each
+    // parameter its own unit, so any stage's list shards
+    zero::ZeroOptions zo;
+    zo.reduce_after_backward = true;
     for (std::size_t i = 0; i < groups.size(); ++i)
-      sharded_.push_back(std::make_unique<zero::ShardedAdamW>(lists[i], *groups[i], oc));
+      sharded_.push_back(
+          std::make_unique<zero::ShardedDataParallel>(lists[i], 0, *groups[i], oc, zo));
   }
   group_->barrier();
   origin_ = std::chrono::steady_clock::now();
@@ -135,7 +140,7 @@ std::int64_t PipelineTrainer::optimizer_state_bytes() const {
   if (adamw_ != nullptr)
     for (const auto& [name, t] : adamw_->state_tensors())
       if (name != "step") bytes += t.numel() * static_cast<std::int64_t>(dtype_size(t.dtype()));
-  for (const auto& s : sharded_) bytes += s->state_bytes();
+  for (const auto& s : sharded_) bytes += s->memory().optimizer;
   return bytes;
 }
 

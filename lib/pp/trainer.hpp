@@ -19,7 +19,7 @@
 #include <vector>
 
 namespace tinyscale::zero {
-class ShardedAdamW; // ZeRO-1 of a composed run's stages (chapter 10), built in trainer.cpp
+class ShardedDataParallel; // ZeRO-1 of a composed run's stages (chapter 10), built in trainer.cpp
 } // namespace tinyscale::zero
 
 namespace tinyscale::pp {
@@ -36,7 +36,8 @@ struct PipelineOptions {
   /// the last stage (the negative control of the equivalence tests).
   bool tie_embedding_gradients = true;
   /// 1: the AdamW state of each stage sharded over its data-parallel group (ZeRO stage 1,
-  /// zero/sharded_adamw.hpp; chapter 10); 0: every rank holds its stages' whole state.
+  /// zero/sharded_dp.hpp, reducing after backward; chapter 10); 0: every rank holds its stages'
+  /// whole state.
   int zero = 0;
 };
 
@@ -183,7 +184,7 @@ private:
   std::unique_ptr<optim::AdamW> adamw_;          ///< without ZeRO: this rank's stages' state
   /// ZeRO-1: one sharded optimizer per data-parallel group (the pipeline's own, then each
   /// other group a parameter names, e.g. the experts'), with the groups.
-  std::vector<std::unique_ptr<zero::ShardedAdamW>> sharded_;
+  std::vector<std::unique_ptr<zero::ShardedDataParallel>> sharded_;
 };
 
 } // namespace tinyscale::pp

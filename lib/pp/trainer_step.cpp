@@ -3,7 +3,7 @@
 // stage, each parameter's data-parallel group), the MoE statistics of every layer, the global
 // norm counting every element once, and AdamW (whole, or ZeRO-1 slices).
 #include "pp/trainer.hpp"
-#include "zero/sharded_adamw.hpp"
+#include "zero/sharded_dp.hpp"
 
 #include "autograd/grad_mode.hpp"
 #include "comm/tensor_comm.hpp"

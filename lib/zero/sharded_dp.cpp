@@ -14,6 +14,7 @@
 #include "zero/shard.hpp"
 #include "zero/unit.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -70,6 +71,7 @@ struct ShardedDataParallel::State : std::enable_shared_from_this<State> {
   MemoryCounter& flat_grad_counter() { return options.stage == 1 ? grad_bytes : reduce_bytes; }
 
   void on_ready(std::size_t param);
+  Tensor& flat_grad(Unit& u);
   void launch_reduce(std::size_t unit);
   void finish_reduce(Unit& u);
   void finish_block_backward(int layer);
@@ -87,6 +89,8 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
   TS_CHECK(options.stage >= 1 && options.stage <= 3, "ZeRO: expected stage 1, 2 or 3, found ",
            options.stage, "; stage 0 is plain data parallelism (--zero 0)");
   TS_CHECK(!params.empty(), "ZeRO: expected parameters, found none");
+  TS_CHECK(!options.reduce_after_backward || options.stage == 1, "ZeRO: reduce_after_backward ",
+           "is stage 1's (the gradients stay whole until the step); found stage ", options.stage);
   s.dtype = params.front().tensor.dtype();
   for (const auto& p : params) {
     TS_CHECK(p.tensor.device() == Device::cpu(), "ZeRO: expected parameters on the CPU, found '",
@@ -115,7 +119,12 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
   s.had_grad.assign(np, 0.0);
   s.steps.assign(np, 0);
   std::vector<dp::Bucket> buckets;
-  for (const UnitPlan& plan : plan_units(s.params, n_layer)) {
+  std::vector<UnitPlan> plans;
+  if (options.reduce_after_backward)
+    for (std::size_t i = 0; i < np; ++i) plans.push_back({s.params[i].name, {i}});
+  else
+    plans = plan_units(s.params, n_layer);
+  for (const UnitPlan& plan : plans) {
     Unit u;
     u.name = plan.name;
     u.params = plan.params;
@@ -143,9 +152,7 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
       u.param_shard.copy_(storage_view(u.storage, s.own_offset(u), {u.layout.shard}, s.dtype));
     }
     if (options.stage == 1) {
-      u.grad_flat = counted_zeros(s.grad_bytes, u.layout.padded, s.dtype);
-      u.grad_shard =
-          storage_view(u.grad_flat.impl().storage, s.own_offset(u), {u.layout.shard}, s.dtype);
+      if (!options.reduce_after_backward) (void)s.flat_grad(u);
     } else {
       u.grad_shard = counted_zeros(s.grad_bytes, u.layout.shard, s.dtype);
     }
@@ -158,6 +165,7 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
   s.queue = dp::BucketQueue(buckets, np);
   if (options.stage == 3) release_all();
 
+  if (options.reduce_after_backward) return; // the caller calls reduce_gradients()
   for (std::size_t i = 0; i < np; ++i) {
     std::weak_ptr<State> weak = state_;
     s.params[i].tensor.register_grad_ready_hook([weak, i](Tensor&) {
@@ -184,16 +192,26 @@ void ShardedDataParallel::State::on_ready(std::size_t param) {
   Tensor p = params[param].tensor;
   const Tensor g = p.grad();
   if (!g.defined()) return;
-  if (!u.grad_flat.defined())
-    u.grad_flat = counted_zeros(flat_grad_counter(), u.layout.padded, dtype);
   Tensor dst =
-      storage_view(u.grad_flat.impl().storage, u.offsets[slot_of[param]], p.shape(), dtype);
+      storage_view(flat_grad(u).impl().storage, u.offsets[slot_of[param]], p.shape(), dtype);
   backend_of(dst).accumulate(dst, g);
   p.set_grad(Tensor());
   had_grad[param] = 1.0;
   if (!reducing) return; // stage 1 before the last micro-batch: accumulate only
   for (std::size_t b : queue.mark_ready(param)) launch_reduce(b);
   poke();
+}
+
+// The unit's flat gradient, allocated (zeros) when it has none; at stage 1 this rank's gradient
+// shard is a view of it.
+Tensor& ShardedDataParallel::State::flat_grad(Unit& u) {
+  if (!u.grad_flat.defined()) {
+    u.grad_flat = counted_zeros(flat_grad_counter(), u.layout.padded, dtype);
+    if (options.stage == 1)
+      u.grad_shard =
+          storage_view(u.grad_flat.impl().storage, own_offset(u), {u.layout.shard}, dtype);
+  }
+  return u.grad_flat;
 }
 
 // Stages 2 and 3: adds a unit's reduced shard to this rank's gradient shard and frees its flat
@@ -241,8 +259,7 @@ void ShardedDataParallel::State::finish_block_backward(int layer) {
 // parameters here: every gradient of the unit is in, so its backward is over.
 void ShardedDataParallel::State::launch_reduce(std::size_t unit) {
   Unit& u = units[unit];
-  if (!u.grad_flat.defined()) // no gradient on this rank in this pass: it still joins the sum
-    u.grad_flat = counted_zeros(flat_grad_counter(), u.layout.padded, dtype);
+  (void)flat_grad(u); // no gradient on this rank in this pass: it still joins the sum
   if (static_cast<int>(unit) != options.skip_unit) { // skipped: the negative control
     comm::CountingRegion region(*reduce_comm, "gradient reduce-scatter");
     u.reducing = reduce_scatter_flat(*reduce_comm, u.grad_flat, u.layout);
@@ -346,6 +363,41 @@ void ShardedDataParallel::end_micro_batch() {
     for (Unit& u : s.units) s.release(u);
 }
 
+void ShardedDataParallel::reduce_gradients() {
+  State& s = *state_;
+  TS_CHECK(s.options.reduce_after_backward, "ZeRO: reduce_gradients() is for a wrapper built ",
+           "with ZeroOptions::reduce_after_backward; this one reduces in the gradient-ready hooks ",
+           "(begin_micro_batch / end_micro_batch)");
+  // EXERCISE 10.3 begin: reduce a stage's gradients once the pipeline's own sums are done
+  // every gradient into its unit's flat buffer, each unit's reduce-scatter launched in unit
+  // order as it fills; then the units no gradient reached, and every reduction finished
+  begin_micro_batch(true);
+  for (std::size_t i = 0; i < s.params.size(); ++i) s.on_ready(i);
+  end_micro_batch();
+  // EXERCISE 10.3 end
+}
+
+double ShardedDataParallel::squares(const std::function<bool(std::size_t)>& counted) const {
+  const State& s = *state_;
+  Tensor sum = Tensor::zeros({1}, DType::Float64);
+  for (const Unit& u : s.units) {
+    if (!u.grad_shard.defined()) continue;
+    const bool all = std::all_of(u.params.begin(), u.params.end(), counted);
+    if (all) { // the whole shard: its padding is zeros
+      backend_of(u.grad_shard).sum_of_squares(u.grad_shard, sum);
+      continue;
+    }
+    for (const Segment& seg : u.segments)
+      if (counted(u.params[seg.param])) {
+        const Tensor g =
+            storage_view(u.grad_shard.impl().storage, u.grad_shard.impl().offset + seg.shard_offset,
+                         {seg.length}, s.dtype);
+        backend_of(g).sum_of_squares(g, sum);
+      }
+  }
+  return sum.item();
+}
+
 double ShardedDataParallel::grad_norm() {
   State& s = *state_;
   Tensor sum = Tensor::zeros({1}, DType::Float64);
@@ -394,7 +446,14 @@ void ShardedDataParallel::step(double lr, double clip_factor) {
       u.gathering.reset();
     }
   }
-  for (Unit& u : s.units) (s.options.stage == 1 ? u.grad_flat : u.grad_shard).fill_(0.0);
+  for (Unit& u : s.units) {
+    if (s.options.reduce_after_backward) { // the flat gradients go until the next reduction
+      u.grad_flat = Tensor();
+      u.grad_shard = Tensor();
+    } else {
+      (s.options.stage == 1 ? u.grad_flat : u.grad_shard).fill_(0.0);
+    }
+  }
   std::fill(s.had_grad.begin(), s.had_grad.end(), 0.0);
 }
 
@@ -516,6 +575,8 @@ void ShardedDataParallel::load_optimizer_state(const optim::StateTensors& state)
 }
 
 int ShardedDataParallel::stage() const { return state_->options.stage; }
+
+const nn::ParameterList& ShardedDataParallel::parameters() const { return state_->params; }
 
 std::int64_t ShardedDataParallel::parameter_count() const {
   std::int64_t n = 0;

@@ -14,6 +14,7 @@
 #include "optim/config.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,12 @@ struct ZeroOptions {
   /// For tests only: never reduce-scatter this unit (-1: none); its shard keeps this rank's own
   /// gradient. The negative control that shows the equivalence test notices one missing unit.
   int skip_unit = -1;
+  /// Stage 1 for a caller whose gradients are complete only after sums of its own (a pipeline's
+  /// tied embedding and sequence-parallel sums, chapter 10): no gradient-ready hooks, every
+  /// parameter its own unit (any parameter list, not only a GPT's), and the caller calls
+  /// reduce_gradients() once per step, after those sums. The flat gradients live only from
+  /// reduce_gradients() to step().
+  bool reduce_after_backward = false;
 };
 
 /// Bytes one rank holds, as counted by the allocator (MemoryCounter), never computed from sizes.
@@ -51,7 +58,8 @@ class ShardedDataParallel : public nn::ForwardHooks {
 public:
   /// Collective over `group`: broadcasts the parameters from rank 0, splits the group into a
   /// gather and a reduce communicator, lays the units out and allocates this rank's state.
-  /// `params` must be a GPT's with `n_layer` blocks, on the CPU, in one floating dtype.
+  /// `params` must be a GPT's with `n_layer` blocks (any list, with n_layer 0, under
+  /// ZeroOptions::reduce_after_backward), on the CPU, in one floating dtype.
   ShardedDataParallel(nn::ParameterList params, int n_layer, comm::Communicator& group,
                       const optim::OptimConfig& optim, ZeroOptions options);
   ~ShardedDataParallel() override;
@@ -66,8 +74,17 @@ public:
   /// all of them, adds each unit's reduced shard to this rank's gradient shard (stages 2, 3) and
   /// frees what stage 3 gathered.
   void end_micro_batch();
+  /// Collective, with ZeroOptions::reduce_after_backward, once per step when the gradients are
+  /// complete: moves every parameter's gradient into its unit and reduce-scatters every unit, so
+  /// this rank holds the sum of its shard of each (a parameter no rank had a gradient for is
+  /// skipped by step(), as one AdamW skips it).
+  void reduce_gradients();
   /// Collective: the L2 norm of the whole reduced gradient (every rank's shards together).
   double grad_norm();
+  /// The sum of squares of this rank's reduced shards of the parameters for which `counted`
+  /// (given the parameter's index) is true; the shards of the group's ranks are disjoint, so their
+  /// sums add up to the squares of those parameters' whole gradients.
+  double squares(const std::function<bool(std::size_t)>& counted) const;
   /// Collective: updates this rank's shard of every parameter that had a gradient on some rank
   /// with AdamW at `lr`, each gradient element multiplied by `clip_factor` as the update reads it
   /// (AdamWStep::grad_scale), all-gathers the parameters (stages 1, 2) and clears the gradients
@@ -97,6 +114,8 @@ public:
 
   /// The ZeRO stage: 1, 2 or 3.
   int stage() const;
+  /// The parameters, in the order given to the constructor.
+  const nn::ParameterList& parameters() const;
   /// Elements of the model (Psi), without padding.
   std::int64_t parameter_count() const;
   /// Elements of this rank's shards (padding included): sum over units of padded / N.

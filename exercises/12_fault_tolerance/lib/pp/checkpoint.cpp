@@ -11,7 +11,7 @@
 #include "core/error.hpp"
 #include "pp/trainer.hpp"
 #include "train/sharded_checkpoint.hpp"
-#include "zero/sharded_adamw.hpp"
+#include "zero/sharded_dp.hpp"
 
 #include <functional>
 #include <map>
@@ -55,18 +55,24 @@ private:
 
 std::string PipelineTrainer::save_checkpoint() {
   PipelineShards shards(*model_, *group_, [this](const std::string& n) { return trainer_rank(n); });
-  // This rank's pieces: moments from its AdamW, or (ZeRO-1) gathered from the slices of its
-  // data-parallel group (collective over it: every rank of the group owns the same parameters).
-  std::map<std::string, std::pair<zero::ShardedAdamW*, std::size_t>> sliced;
-  for (auto& s : sharded_)
+  // This rank's pieces: moments from its AdamW, or (ZeRO-1) gathered whole from the shards of
+  // its data-parallel groups (collective over each: its ranks own the same parameters).
+  std::map<std::string, Tensor> gathered;
+  std::map<std::string, std::int64_t> gathered_steps;
+  for (auto& s : sharded_) {
+    const optim::StateTensors state = s->optimizer_state();
+    for (const auto& [name, t] : state) gathered[name] = t;
+    const std::vector<double> counts = state.back().second.to_vector(); // "step"
     for (std::size_t i = 0; i < s->parameters().size(); ++i)
-      sliced[s->parameters()[i].name] = {s.get(), i};
+      gathered_steps[s->parameters()[i].name] = static_cast<std::int64_t>(counts[i]);
+  }
   const auto from_adamw = train::held_in(model_->parameters(), adamw_.get());
   const auto held = [&](const std::string& name) {
     train::HeldParameter h = from_adamw(name);
-    if (const auto at = sliced.find(name); at != sliced.end() && owns(name)) {
-      std::tie(h.exp_avg, h.exp_avg_sq) = at->second.first->whole_moments(at->second.second);
-      h.steps = at->second.first->step_count(at->second.second);
+    if (const auto at = gathered_steps.find(name); at != gathered_steps.end()) {
+      h.exp_avg = gathered.at("exp_avg." + name);
+      h.exp_avg_sq = gathered.at("exp_avg_sq." + name);
+      h.steps = at->second;
     }
     return h;
   };
@@ -115,22 +121,19 @@ void PipelineTrainer::resume(const std::string& path) {
   trainer_.restore(c, path);
   NoGradGuard no_grad;
   for (const nn::NamedParameter& p : model_->parameters()) Tensor(p.tensor).copy_(piece.at(p.name));
-  if (adamw_ != nullptr) {
+  const auto state_of = [&](const nn::ParameterList& params) { // optim::AdamW's layout
     optim::StateTensors mine;
     std::vector<std::int64_t> steps;
     for (const char* kind : {"exp_avg.", "exp_avg_sq."})
-      for (const nn::NamedParameter& p : adamw_->parameters())
+      for (const nn::NamedParameter& p : params)
         mine.emplace_back(kind + p.name, state.at(kind + p.name));
-    for (const nn::NamedParameter& p : adamw_->parameters()) steps.push_back(step_of.at(p.name));
+    for (const nn::NamedParameter& p : params) steps.push_back(step_of.at(p.name));
     mine.emplace_back("step",
                       Tensor::from_ids(steps, Shape({static_cast<std::int64_t>(steps.size())})));
-    adamw_->load_state(mine);
-  }
-  for (auto& s : sharded_)
-    for (std::size_t i = 0; i < s->parameters().size(); ++i) {
-      const std::string& name = s->parameters()[i].name;
-      s->load(i, state.at("exp_avg." + name), state.at("exp_avg_sq." + name), step_of.at(name));
-    }
+    return mine;
+  };
+  if (adamw_ != nullptr) adamw_->load_state(state_of(adamw_->parameters()));
+  for (auto& s : sharded_) s->load_optimizer_state(state_of(s->parameters()));
 }
 
 } // namespace tinyscale::pp

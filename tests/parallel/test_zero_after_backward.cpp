@@ -1,12 +1,13 @@
-// ZeRO-1 for any parameter list (chapter 10, lib/zero/sharded_adamw.hpp) on 3 thread ranks: the
-// sharded update equals one AdamW on the summed gradients, with sizes that do not divide by 3
-// (padding), a parameter smaller than the group, one no rank has a gradient for (skipped, step
-// count too) and one only a single rank has; its moments are 1/3 of AdamW's.
+// ZeRO-1 for any parameter list, reducing after backward (chapter 10: chapter 07's
+// ShardedDataParallel with ZeroOptions::reduce_after_backward, as a pipeline's stages use it) on
+// 3 thread ranks: the sharded update equals one AdamW on the summed gradients, with sizes that do
+// not divide by 3 (padding), a parameter smaller than the group, one no rank has a gradient for
+// (skipped, step count too) and one only a single rank has; its moments are 1/3 of AdamW's.
 #include "comm/launch.hpp"
 #include "ops/ops.hpp"
 #include "optim/adamw.hpp"
 #include "rank_checks.hpp"
-#include "zero/sharded_adamw.hpp"
+#include "zero/sharded_dp.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -72,7 +73,9 @@ TEST_CASE("ZeRO-1 over 3 ranks updates like one AdamW on the summed gradients, p
       N,
       [&](comm::Communicator& world) {
         nn::ParameterList params = make_params();
-        zero::ShardedAdamW sharded(params, world, config);
+        zero::ZeroOptions options;
+        options.reduce_after_backward = true;
+        zero::ShardedDataParallel sharded(params, 0, world, config, options);
         for (int s = 0; s < kSteps; ++s) {
           for (std::size_t i = 0; i < params.size(); ++i) {
             Tensor p = params[i].tensor;
@@ -82,7 +85,7 @@ TEST_CASE("ZeRO-1 over 3 ranks updates like one AdamW on the summed gradients, p
           sharded.step(lr, clip);
         }
         got[static_cast<std::size_t>(world.rank())] = params;
-        state[static_cast<std::size_t>(world.rank())] = sharded.state_bytes();
+        state[static_cast<std::size_t>(world.rank())] = sharded.memory().optimizer;
       },
       comm::testing::test_options());
   for (int r = 0; r < N; ++r) {
