@@ -26,7 +26,8 @@ struct MicroBatchLoss {
 /// pass but the last runs inside NoSync(sync), so gradients accumulate locally and are
 /// synchronised once, during the last backward pass. `forward(m)` runs micro-batch m.
 /// `global_tokens` counts the tokens of the whole step over every rank and micro-batch. Backward
-/// passes are recorded on `trace`'s compute stream as "backward m".
+/// passes are recorded on `trace`'s compute stream as "backward m". forward(m) is called only
+/// after micro-batch m - 1's backward has returned (dp::data_parallel_step relies on it).
 double accumulate_gradients(GradientSync& sync, std::int64_t micro_batches,
                             std::int64_t global_tokens,
                             const std::function<MicroBatchLoss(std::int64_t)>& forward,

@@ -20,13 +20,7 @@ bool ExpertShardMap::holds(const std::string& name) const {
 
 void ExpertShardMap::share(const std::string& name, Tensor& whole) {
   const int e = expert_index(name);
-  if (e < 0) return;
-  // The broadcast runs where the group's buffers live (an nccl group needs device buffers).
-  const bool to_host =
-      ep_->buffer_memory() != Device::Kind::CUDA && whole.device().kind == Device::Kind::CUDA;
-  Tensor buffer = to_host ? whole.to(Device::cpu()) : whole;
-  comm::broadcast(*ep_, buffer, placement_.owner(e));
-  if (to_host) whole = buffer.to(whole.device());
+  if (e >= 0) comm::broadcast(*ep_, whole, placement_.owner(e)); // (stages device buffers itself)
 }
 
 namespace {

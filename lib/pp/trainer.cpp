@@ -115,7 +115,9 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
       lists[static_cast<std::size_t>(at - groups.begin())].push_back(p);
     }
     // chapter 07's ZeRO-1, reducing once the step's own sums are done (finish_step); each
-    // parameter its own unit, so any stage's list shards
+    // parameter its own unit, so any stage's list shards. The constructor makes the parameters
+    // views into its flat buffers and broadcasts them from rank 0 of the group, whose ranks hold
+    // the same parameters (experts: the expert-data-parallel group)
     zero::ZeroOptions zo;
     zo.reduce_after_backward = true;
     for (std::size_t i = 0; i < groups.size(); ++i)

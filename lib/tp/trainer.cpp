@@ -5,12 +5,8 @@
 #include "core/error.hpp"
 #include "dp/step.hpp"
 #include "io/checkpoint.hpp"
-#include "ops/ops.hpp"
 #include "tp/gradients.hpp"
 #include "tp/sharding.hpp"
-
-#include <algorithm>
-#include <map>
 
 namespace tinyscale::tp {
 

@@ -6,9 +6,17 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 namespace tinyscale::train {
+
+namespace {
+// A host copy of `t` (share() below writes into it, never into a model's or optimizer's tensor).
+Tensor host_copy(const Tensor& t) {
+  return t.device().kind == Device::Kind::CPU ? t.clone() : t.to(Device::cpu());
+}
+} // namespace
 
 io::Checkpoint join_checkpoint(ShardMap& map, const nn::ParameterList& whole,
                                const std::function<HeldParameter(const std::string&)>& held) {
@@ -19,19 +27,17 @@ io::Checkpoint join_checkpoint(ShardMap& map, const nn::ParameterList& whole,
   for (const nn::NamedParameter& w : whole) {
     const std::string& name = w.name;
     Tensor p, m, v;
-    Tensor count = Tensor::zeros(Shape({1}), DType::Float64, w.tensor.device());
+    Tensor count = Tensor::zeros(Shape({1}), DType::Float64);
     if (map.holds(name)) {
       const HeldParameter h = held(name);
-      // copies: share() below writes into them, never into the model's or optimizer's tensors
-      p = map.join(name, h.value.detach()).clone();
-      m = map.join(name, h.exp_avg).clone();
-      v = map.join(name, h.exp_avg_sq).clone();
-      count = Tensor::from_vector({static_cast<double>(h.steps)}, Shape({1}), DType::Float64,
-                                  w.tensor.device());
+      p = host_copy(map.join(name, h.value.detach()));
+      m = host_copy(map.join(name, h.exp_avg));
+      v = host_copy(map.join(name, h.exp_avg_sq));
+      count = Tensor::from_vector({static_cast<double>(h.steps)}, Shape({1}), DType::Float64);
     } else {
-      p = Tensor::empty(w.tensor.shape(), w.tensor.dtype(), w.tensor.device());
-      m = Tensor::empty(w.tensor.shape(), w.tensor.dtype(), w.tensor.device());
-      v = Tensor::empty(w.tensor.shape(), w.tensor.dtype(), w.tensor.device());
+      p = Tensor::empty(w.tensor.shape(), w.tensor.dtype());
+      m = Tensor::empty(w.tensor.shape(), w.tensor.dtype());
+      v = Tensor::empty(w.tensor.shape(), w.tensor.dtype());
     }
     for (Tensor* t : {&p, &m, &v, &count}) map.share(name, *t);
     c.model.emplace_back(name, p);
@@ -55,7 +61,7 @@ std::function<HeldParameter(const std::string&)> held_in(const nn::ParameterList
     for (std::size_t i = 0; i < adamw->parameters().size(); ++i)
       (*steps)[adamw->parameters()[i].name] = adamw->step_count(i);
   }
-  return [&params, state, steps](const std::string& name) {
+  return [params, state, steps](const std::string& name) { // params: handles, copied
     HeldParameter h;
     h.value = nn::find_parameter(params, name).tensor;
     if (const auto at = steps->find(name); at != steps->end()) {
@@ -77,6 +83,16 @@ io::Checkpoint cut_checkpoint(const ShardMap& map, const io::Checkpoint& whole,
   check_same_run(io::parse_config(whole.config_toml, path + " (manifest config)"), config, path);
   const std::map<std::string, Tensor> model(whole.model.begin(), whole.model.end());
   const std::map<std::string, Tensor> state(whole.optimizer.begin(), whole.optimizer.end());
+  // Every tensor of the checkpoint this rank would hold a piece of is one of its parameters: a
+  // checkpoint with more (damaged, or of another model) is refused, naming them.
+  std::set<std::string> have;
+  for (const nn::NamedParameter& p : mine) have.insert(p.name);
+  std::vector<std::string> extra;
+  for (const auto& [name, t] : whole.model)
+    if (!have.contains(name) && map.holds(name)) extra.push_back("'" + name + "'");
+  TS_CHECK(extra.empty(), "resume: expected in ", path, " only parameters of this model, found ",
+           extra.size(), " more (", extra.front(), extra.size() > 1 ? ", ..." : "",
+           "); the checkpoint is damaged or of another model");
   // The saved step counts follow the saved parameter order.
   std::map<std::string, std::int64_t> saved_steps;
   if (auto it = state.find("step"); it != state.end()) {

@@ -3,10 +3,12 @@
 // whole AdamW moments and step count), so that any layout loads what any other wrote. A ShardMap
 // says where each parameter lives in one layout (tp shards, experts on one ep rank, pipeline
 // stages); join_checkpoint assembles the single-rank checkpoint from the pieces and
-// cut_checkpoint gives a rank its pieces back. Every layout saves and loads through these two.
-// The easy thing to get wrong: join_checkpoint's collectives run for every parameter of the whole
-// model, in the single-rank order, on every rank, held or not, so no group waits on a rank that
-// skipped one.
+// cut_checkpoint gives a rank its pieces back. The tensor-parallel, expert-parallel, pipeline and
+// composed runs save and load through these two (ZeRO gathers its flat shards itself, chapter 07;
+// `tinyscale reshard` cuts offline by the same rules).
+// The easy thing to get wrong: join_checkpoint visits every parameter of the whole model, in the
+// single-rank order, on every rank, held or not: share() is collective for each of them (join()
+// for each one the rank holds), so no group waits on a rank that skipped one.
 #pragma once
 
 #include "io/checkpoint.hpp"
@@ -50,7 +52,8 @@ struct HeldParameter {
 };
 
 /// Collective (see ShardMap): the single-rank checkpoint's parameters and AdamW state (in
-/// optim::AdamW::state_tensors()'s layout), whole on every rank. `whole` lists the single-rank
+/// optim::AdamW::state_tensors()'s layout), whole on every rank, in host memory (what a writer
+/// needs; the collectives stage device buffers themselves). `whole` lists the single-rank
 /// model's parameters in order; their shapes and dtypes are read only where this rank holds no
 /// piece. `held(name)` gives this rank's piece, called in that order where map.holds(name) (it
 /// may be collective over the ranks holding the same piece). The caller adds the step, the config

@@ -397,7 +397,11 @@ double ShardedDataParallel::squares(const std::function<bool(std::size_t)>& coun
 double ShardedDataParallel::grad_norm() {
   State& s = *state_;
   Tensor sum = Tensor::zeros({1}, DType::Float64);
-  for (const Unit& u : s.units) backend_of(u.grad_shard).sum_of_squares(u.grad_shard, sum);
+  for (const Unit& u : s.units) {
+    TS_CHECK(u.grad_shard.defined(), "ZeRO: grad_norm() expected the reduced gradient of unit ",
+             u.name, ", found none; with reduce_after_backward call reduce_gradients() first");
+    backend_of(u.grad_shard).sum_of_squares(u.grad_shard, sum);
+  }
   comm::all_reduce(*s.group, sum);
   return std::sqrt(sum.item());
 }

@@ -15,7 +15,6 @@
 
 #include <functional>
 #include <map>
-#include <tuple>
 
 namespace tinyscale::pp {
 
@@ -60,9 +59,8 @@ std::string PipelineTrainer::save_checkpoint() {
   std::map<std::string, Tensor> gathered;
   std::map<std::string, std::int64_t> gathered_steps;
   for (auto& s : sharded_) {
-    const optim::StateTensors state = s->optimizer_state();
-    for (const auto& [name, t] : state) gathered[name] = t;
-    const std::vector<double> counts = state.back().second.to_vector(); // "step"
+    for (const auto& [name, t] : s->optimizer_state()) gathered[name] = t;
+    const std::vector<double> counts = gathered.at("step").to_vector();
     for (std::size_t i = 0; i < s->parameters().size(); ++i)
       gathered_steps[s->parameters()[i].name] = static_cast<std::int64_t>(counts[i]);
   }
