@@ -7,44 +7,21 @@
 #include "io/config_validate.hpp"
 #include "io/file.hpp"
 #include "io/toml_guard.hpp"
+#include "io/toml_value.hpp"
 
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <sstream>
 #include <string_view>
 
 namespace tinyscale::io {
 
 namespace {
 
-const char* type_phrase(toml::node_type type) {
-  switch (type) {
-  case toml::node_type::integer: return "an integer";
-  case toml::node_type::floating_point: return "a float";
-  case toml::node_type::string: return "a string";
-  case toml::node_type::boolean: return "a boolean";
-  case toml::node_type::table: return "a table";
-  case toml::node_type::array: return "an array";
-  case toml::node_type::date: return "a date";
-  case toml::node_type::time: return "a time";
-  case toml::node_type::date_time: return "a date-time";
-  case toml::node_type::none: break;
-  }
-  return "nothing";
-}
-
-std::string found_phrase(const toml::node& node) {
-  std::ostringstream text;
-  text << type_phrase(node.type()) << " (" << toml::node_view<const toml::node>(node) << ")";
-  std::string out = text.str();
-  return out.size() > 80 ? out.substr(0, 77) + "..." : out;
-}
-
 std::string mismatch(const char* expected, const toml::node& node) {
-  return std::string("expected ") + expected + ", found " + found_phrase(node);
+  return std::string("expected ") + expected + ", found " + describe_toml_value(node);
 }
 
 // Sets the field of `key` from `node`; returns an error message, or "" when the value fits.
@@ -119,7 +96,8 @@ void walk(const toml::table& table, const std::string& prefix, const std::string
         walk(*section, name, source, run, problems);
       else
         problems.push_back({region.begin.line, where + ": " + name + ": expected a section ([" +
-                                                   name + "]), found " + found_phrase(node)});
+                                                   name + "]), found " +
+                                                   describe_toml_value(node)});
     } else {
       problems.push_back(
           {region.begin.line, where + ": unknown " + (node.is_table() ? "section" : "key") + " '" +

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "io/file.hpp"
 #include "io/toml_guard.hpp"
+#include "io/toml_value.hpp"
 
 #include <toml++/toml.h>
 
@@ -12,7 +13,6 @@
 #include <array>
 #include <climits>
 #include <cstdint>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -53,21 +53,6 @@ private:
   std::vector<Problem> problems_;
 };
 
-// "an integer (0)", "a string ("8")": what a node holds, for "found ..." in messages.
-std::string found(const toml::node& node) {
-  const char* kind = node.is_integer()          ? "an integer"
-                     : node.is_floating_point() ? "a float"
-                     : node.is_string()         ? "a string"
-                     : node.is_boolean()        ? "a boolean"
-                     : node.is_table()          ? "a table"
-                     : node.is_array()          ? "an array"
-                                                : "a date or time";
-  std::ostringstream text;
-  text << kind << " (" << toml::node_view<const toml::node>(node) << ")";
-  std::string out = text.str();
-  return out.size() > 80 ? out.substr(0, 77) + "..." : out;
-}
-
 template <std::size_t N>
 void reject_unknown(const toml::table& table, const std::array<const char*, N>& known,
                     const std::string& where, Checker& checker) {
@@ -93,8 +78,8 @@ std::string get_string(const toml::table& table, const char* key, const std::str
     return "";
   }
   if (!node->is_string() || node->as_string()->get().empty()) {
-    checker.add(node->source(),
-                what + ": " + key + ": expected a non-empty string, found " + found(*node));
+    checker.add(node->source(), what + ": " + key + ": expected a non-empty string, found " +
+                                    io::describe_toml_value(*node));
     return "";
   }
   return node->as_string()->get();
@@ -116,7 +101,8 @@ double get_positive(const toml::table& table, const char* key, bool integer,
   const bool typed = node->is_integer() || (node->is_floating_point() && !integer);
   if (!typed || !(value > 0) || (integer && value > INT_MAX)) {
     checker.add(node->source(), what + ": " + key + ": expected a positive " +
-                                    (integer ? "integer" : "number") + ", found " + found(*node));
+                                    (integer ? "integer" : "number") + ", found " +
+                                    io::describe_toml_value(*node));
     return 0;
   }
   return value;
@@ -179,8 +165,8 @@ Topology parse_topology(std::string_view toml_text, const std::string& source) {
   if (levels == nullptr) {
     checker.add(table.source(), "missing the levels: expected at least one [[levels]] table");
   } else if (!levels->is_array_of_tables() || levels->as_array()->empty()) {
-    checker.add(levels->source(),
-                "levels: expected [[levels]] tables, innermost first, found " + found(*levels));
+    checker.add(levels->source(), "levels: expected [[levels]] tables, innermost first, found " +
+                                      io::describe_toml_value(*levels));
   } else {
     const toml::array& array = *levels->as_array();
     for (std::size_t i = 0; i < array.size(); ++i) {

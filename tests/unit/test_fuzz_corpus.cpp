@@ -139,6 +139,22 @@ TEST_CASE("a string override that is not UTF-8 is refused, since to_toml could n
   CHECK(io::parse_config(io::to_toml(ok), "to_toml").data.path == ok.data.path);
 }
 
+TEST_CASE("a value of the wrong kind is named in TOML's spelling by tinyscale's own printer",
+          "[unit]") {
+  // Found by fuzz/config_fuzz (fuzz/corpus/config/crash_toml_float_array_printer): printing an
+  // array with a float below 1 in magnitude through toml++ 3.3.0 is undefined behaviour (it casts
+  // a negative log10 to size_t), so messages print values with io/toml_value.cpp instead.
+  REQUIRE_TS_ERROR(io::parse_config("[model]\nn_embd = [0, -0.02, 3]\n", "a.toml"),
+                   Contains("a.toml:2:") && Contains("found an array ([0, -0.02, 3])"));
+  REQUIRE_TS_ERROR(io::parse_config("[model]\nn_embd = 2.0\n", "a.toml"),
+                   Contains("found a float (2.0)"));
+  REQUIRE_TS_ERROR(
+      io::parse_config("[model]\nn_embd = { a = 'x', b = [true, 1e-300] }\n", "a.toml"),
+      Contains("found a table ({ a = 'x', b = [true, 1e-300] })"));
+  REQUIRE_TS_ERROR(io::parse_config("[model]\nn_embd = \"it's\\n\"\n", "a.toml"),
+                   Contains("found a string (\"it's\\u000a\")"));
+}
+
 TEST_CASE("non-ASCII text that toml++ 3.3.0 cannot read safely is refused before it parses",
           "[unit]") {
   // Found by fuzz/config_fuzz (fuzz/corpus/config/crash_toml_unicode_unreachable): a key such as
