@@ -1,6 +1,7 @@
 // ZeRO stages 1-3 (chapter 07): the per-unit flat buffers, the gradient-ready hooks that move each
 // gradient into its unit's flat gradient and launch the unit's reduce-scatter when it is complete,
-// stage 3's gather / release around each block, and the AdamW update of this rank's shard.
+// stage 3's gather / release around each block, and the AdamW update of this rank's shard; and
+// reduce_gradients(), the same reduction run once after backward (reduce_after_backward).
 #include "zero/sharded_dp.hpp"
 
 #include "autograd/grad_mode.hpp"

@@ -1,6 +1,7 @@
 // ZeRO (Rajbhandari et al. 2020; chapter 07): data parallelism whose AdamW state (stage 1),
 // gradients (2) and parameters (3) are sharded over the dp group, one unit (zero/unit.hpp) at a
-// time; memory is counted by the allocator, per kind (ZeroMemory).
+// time; memory is counted by the allocator, per kind (ZeroMemory). Chapter 10's pipeline stages
+// use stage 1 with ZeroOptions::reduce_after_backward: no hooks, one reduction per step.
 // The easy thing to get wrong: the order of collectives. Gathers follow the forward and backward,
 // reduce-scatters the order units complete, which can differ between ranks (an idle MoE expert),
 // so each kind runs on its own duplicate of the dp group.
