@@ -159,4 +159,23 @@ void cross_entropy_backward(const void* logits, const std::int64_t* targets,
   });
 }
 
+// One block counts every target (a loss has one row per token: thousands, not millions).
+__global__ void count_targets_kernel(const std::int64_t* targets, std::int64_t n,
+                                     std::int64_t ignore_index, float* count) {
+  __shared__ unsigned long long total;
+  if (threadIdx.x == 0) total = 0;
+  __syncthreads();
+  unsigned long long mine = 0;
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) mine += targets[i] != ignore_index;
+  atomicAdd(&total, mine);
+  __syncthreads();
+  if (threadIdx.x == 0) *count = static_cast<float>(total > 0 ? total : 1);
+}
+
+void count_targets(const std::int64_t* targets, std::int64_t n, std::int64_t ignore_index,
+                   float* count, cudaStream_t stream) {
+  count_targets_kernel<<<1, 256, 0, stream>>>(targets, n, ignore_index, count);
+  TS_CUDA_LAUNCH_CHECK("count_targets", stream);
+}
+
 } // namespace tinyscale::kernels

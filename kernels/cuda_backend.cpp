@@ -87,12 +87,12 @@ void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
 }
 
 void CudaBackend::cast(const Tensor& src, Tensor& out) {
-  kernels::cast(src.raw_data(), src.dtype(), out.raw_data(), out.dtype(), src.numel(),
+  kernels::cast(src.device_ptr(), src.dtype(), out.device_ptr(), out.dtype(), src.numel(),
                 current_stream());
 }
 
 void CudaBackend::fill(Tensor& out, double value) {
-  kernels::fill(out.raw_data(), out.dtype(), out.numel(), value, current_stream());
+  kernels::fill(out.device_ptr(), out.dtype(), out.numel(), value, current_stream());
 }
 
 // ---- elementwise -------------------------------------------------------------------------------
@@ -102,26 +102,26 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
   const bool same = a.shape() == out.shape() && b.shape() == out.shape();
   const kernels::Broadcast index =
       same ? kernels::Broadcast{} : broadcast_index(out.shape(), a.shape(), b.shape(), "binary");
-  kernels::binary(op, a.raw_data(), b.raw_data(), out.raw_data(), out.dtype(), out.numel(), index,
-                  same, current_stream());
+  kernels::binary(op, a.device_ptr(), b.device_ptr(), out.device_ptr(), out.dtype(), out.numel(),
+                  index, same, current_stream());
 }
 
 void CudaBackend::unary(UnaryOp op, const Tensor& a, double scalar, Tensor& out) {
   check_arith(out, "unary", "out");
-  kernels::unary(op, a.raw_data(), scalar, out.raw_data(), out.dtype(), out.numel(),
+  kernels::unary(op, a.device_ptr(), scalar, out.device_ptr(), out.dtype(), out.numel(),
                  current_stream());
 }
 
 void CudaBackend::activation_grad(ActivationGrad op, const Tensor& x, const Tensor& grad_out,
                                   Tensor& grad_in) {
   check_arith(x, "activation_grad", "x");
-  kernels::activation_grad(op, x.raw_data(), grad_out.raw_data(), grad_in.raw_data(), x.dtype(),
-                           x.numel(), current_stream());
+  kernels::activation_grad(op, x.device_ptr(), grad_out.device_ptr(), grad_in.device_ptr(),
+                           x.dtype(), x.numel(), current_stream());
 }
 
 void CudaBackend::accumulate(Tensor& out, const Tensor& a) {
   check_arith(out, "accumulate", "out");
-  kernels::accumulate(out.raw_data(), a.raw_data(), out.dtype(), out.numel(), current_stream());
+  kernels::accumulate(out.device_ptr(), a.device_ptr(), out.dtype(), out.numel(), current_stream());
 }
 
 // ---- reductions and layout ---------------------------------------------------------------------
@@ -130,7 +130,8 @@ void CudaBackend::sum_to(const Tensor& a, Tensor& out) {
   check_arith(a, "sum_to", "a");
   // Walk a's elements: a_strides are a's own, b_strides say where each lands in out.
   kernels::Broadcast index = broadcast_index(a.shape(), a.shape(), out.shape(), "sum_to");
-  kernels::sum_to(a.raw_data(), out.raw_data(), a.dtype(), out.numel(), index, current_stream());
+  kernels::sum_to(a.device_ptr(), out.device_ptr(), a.dtype(), out.numel(), index,
+                  current_stream());
 }
 
 void CudaBackend::permute(const Tensor& a, const std::vector<int>& perm, Tensor& out) {
@@ -138,7 +139,7 @@ void CudaBackend::permute(const Tensor& a, const std::vector<int>& perm, Tensor&
            kernels::Broadcast::kMaxRank, " axes on the GPU, found ", a.shape().str());
   std::int64_t dims[kernels::Broadcast::kMaxRank] = {};
   for (int i = 0; i < a.rank(); ++i) dims[i] = a.size(i);
-  kernels::permute(a.raw_data(), out.raw_data(), a.dtype(), a.rank(), dims, perm.data(),
+  kernels::permute(a.device_ptr(), out.device_ptr(), a.dtype(), a.rank(), dims, perm.data(),
                    current_stream());
 }
 
@@ -147,7 +148,7 @@ void CudaBackend::copy_block(Tensor& big, Tensor& small, int axis, std::int64_t 
   std::int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; ++d) outer *= big.size(d);
   for (int d = axis + 1; d < big.rank(); ++d) inner *= big.size(d);
-  kernels::copy_block(big.raw_data(), small.raw_data(), dtype_size(big.dtype()), outer,
+  kernels::copy_block(big.device_ptr(), small.device_ptr(), dtype_size(big.dtype()), outer,
                       big.size(axis), small.size(axis), inner, offset, to_small, current_stream());
 }
 
@@ -155,21 +156,21 @@ void CudaBackend::copy_block(Tensor& big, Tensor& small, int axis, std::int64_t 
 
 void CudaBackend::gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) {
   check_arith(a, "gemm", "a");
-  kernels::gemm(args, a.raw_data(), b.raw_data(), c.raw_data(), a.dtype(), current_stream());
+  kernels::gemm(args, a.device_ptr(), b.device_ptr(), c.device_ptr(), a.dtype(), current_stream());
 }
 
 // ---- fused row-wise kernels --------------------------------------------------------------------
 
 void CudaBackend::softmax(const Tensor& x, Tensor& y, bool log, bool causal) {
   check_arith(x, "softmax", "x");
-  kernels::softmax(x.raw_data(), y.raw_data(), x.dtype(), rows_of(x), x.size(-1), log, causal,
+  kernels::softmax(x.device_ptr(), y.device_ptr(), x.dtype(), rows_of(x), x.size(-1), log, causal,
                    causal ? x.size(-2) : 1, current_stream());
 }
 
 void CudaBackend::softmax_backward(const Tensor& y, const Tensor& grad_y, Tensor& grad_x,
                                    bool log) {
   check_arith(y, "softmax_backward", "y");
-  kernels::softmax_backward(y.raw_data(), grad_y.raw_data(), grad_x.raw_data(), y.dtype(),
+  kernels::softmax_backward(y.device_ptr(), grad_y.device_ptr(), grad_x.device_ptr(), y.dtype(),
                             rows_of(y), y.size(-1), log, current_stream());
 }
 
@@ -178,19 +179,20 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor&
   check_arith(x, "layer_norm", "x");
   check_dtype_is(mean, DType::Float32, "layer_norm", "mean");
   check_dtype_is(rstd, DType::Float32, "layer_norm", "rstd");
-  kernels::layer_norm(x.raw_data(), gamma.raw_data(), beta.defined() ? beta.raw_data() : nullptr,
-                      eps, y.raw_data(), mean.data<float>(), rstd.data<float>(), x.dtype(),
-                      rows_of(x), x.size(-1), current_stream());
+  kernels::layer_norm(x.device_ptr(), gamma.device_ptr(),
+                      beta.defined() ? beta.device_ptr() : nullptr, eps, y.device_ptr(),
+                      mean.device_data<float>(), rstd.device_data<float>(), x.dtype(), rows_of(x),
+                      x.size(-1), current_stream());
 }
 
 void CudaBackend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                       const Tensor& rstd, const Tensor& grad_y, Tensor& grad_x,
                                       Tensor& grad_gamma, Tensor& grad_beta) {
   check_arith(x, "layer_norm_backward", "x");
-  kernels::layer_norm_backward(x.raw_data(), gamma.raw_data(), mean.data<float>(),
-                               rstd.data<float>(), grad_y.raw_data(), grad_x.raw_data(),
-                               grad_gamma.raw_data(),
-                               grad_beta.defined() ? grad_beta.raw_data() : nullptr, x.dtype(),
+  kernels::layer_norm_backward(x.device_ptr(), gamma.device_ptr(), mean.device_data<float>(),
+                               rstd.device_data<float>(), grad_y.device_ptr(), grad_x.device_ptr(),
+                               grad_gamma.device_ptr(),
+                               grad_beta.defined() ? grad_beta.device_ptr() : nullptr, x.dtype(),
                                rows_of(x), x.size(-1), current_stream());
 }
 
@@ -200,9 +202,9 @@ void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out)
   // An id outside the table would read out of bounds; the kernel flags it instead, and the flag
   // is read back here (one small wait per call, cheap next to a forward pass).
   Tensor flag = Tensor::zeros(Shape{1}, DType::Int64, table.device());
-  kernels::embedding(ids.data<std::int64_t>(), table.raw_data(), out.raw_data(), table.dtype(),
-                     ids.numel(), table.size(0), table.size(1),
-                     reinterpret_cast<int*>(flag.raw_data()), current_stream());
+  kernels::embedding(ids.device_data<std::int64_t>(), table.device_ptr(), out.device_ptr(),
+                     table.dtype(), ids.numel(), table.size(0), table.size(1),
+                     reinterpret_cast<int*>(flag.device_ptr()), current_stream());
   TS_CHECK(flag.item() == 0, "embedding: expected token ids in [0, ", table.size(0),
            "), found one outside; check model.vocab_size against the data's vocabulary");
 }
@@ -213,9 +215,9 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& grad_out,
   check_arith(grad_table, "embedding_backward", "grad_table");
   // Scatter-add in float32 (atomics); a bfloat16 table gradient is rounded once at the end.
   Tensor acc = grad_table.dtype() == DType::Float32 ? grad_table : grad_table.to(DType::Float32);
-  kernels::embedding_backward(ids.data<std::int64_t>(), grad_out.raw_data(), acc.data<float>(),
-                              grad_out.dtype(), ids.numel(), grad_table.size(0), grad_table.size(1),
-                              current_stream());
+  kernels::embedding_backward(ids.device_data<std::int64_t>(), grad_out.device_ptr(),
+                              acc.device_data<float>(), grad_out.dtype(), ids.numel(),
+                              grad_table.size(0), grad_table.size(1), current_stream());
   if (acc.id() != grad_table.id()) cast(acc, grad_table);
 }
 
@@ -225,9 +227,9 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
   check_ids(targets, "cross_entropy", "targets");
   check_dtype_is(losses, DType::Float32, "cross_entropy", "losses");
   check_dtype_is(logsumexp, DType::Float32, "cross_entropy", "logsumexp");
-  kernels::cross_entropy(logits.raw_data(), targets.data<std::int64_t>(), ignore_index,
-                         losses.data<float>(), logsumexp.data<float>(), logits.dtype(),
-                         rows_of(logits), logits.size(-1), current_stream());
+  kernels::cross_entropy(logits.device_ptr(), targets.device_data<std::int64_t>(), ignore_index,
+                         losses.device_data<float>(), logsumexp.device_data<float>(),
+                         logits.dtype(), rows_of(logits), logits.size(-1), current_stream());
 }
 
 void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
@@ -235,15 +237,23 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
                                          double scale, Tensor& grad_logits) {
   check_arith(logits, "cross_entropy_backward", "logits");
   check_dtype_is(logsumexp, DType::Float32, "cross_entropy_backward", "logsumexp");
-  kernels::cross_entropy_backward(
-      logits.raw_data(), targets.data<std::int64_t>(), ignore_index, logsumexp.data<float>(), scale,
-      grad_logits.raw_data(), logits.dtype(), rows_of(logits), logits.size(-1), current_stream());
+  kernels::cross_entropy_backward(logits.device_ptr(), targets.device_data<std::int64_t>(),
+                                  ignore_index, logsumexp.device_data<float>(), scale,
+                                  grad_logits.device_ptr(), logits.dtype(), rows_of(logits),
+                                  logits.size(-1), current_stream());
+}
+
+void CudaBackend::count_targets(const Tensor& targets, std::int64_t ignore_index, Tensor& count) {
+  check_ids(targets, "count_targets", "targets");
+  check_dtype_is(count, DType::Float32, "count_targets", "count");
+  kernels::count_targets(targets.device_data<std::int64_t>(), targets.numel(), ignore_index,
+                         count.device_data<float>(), current_stream());
 }
 
 void CudaBackend::dropout_mask(std::uint64_t seed, std::uint64_t stream, std::uint64_t offset,
                                double p, Tensor& mask) {
   check_arith(mask, "dropout_mask", "mask");
-  kernels::dropout_mask(seed, stream, offset, p, mask.raw_data(), mask.dtype(), mask.numel(),
+  kernels::dropout_mask(seed, stream, offset, p, mask.device_ptr(), mask.dtype(), mask.numel(),
                         current_stream());
 }
 
@@ -257,14 +267,16 @@ void CudaBackend::adamw_update(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_s
         t->dtype() == DType::Float32, "adamw_update: expected float32 master weights, ",
         "moments and gradients on the GPU, found ", dtype_name(t->dtype()),
         "; keep parameters in float32 and compute in bfloat16 with model.precision = \"bf16\"");
-  kernels::adamw(param.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
-                 grad.data<float>(), param.numel(), step, current_stream());
+  kernels::adamw(param.device_data<float>(), exp_avg.device_data<float>(),
+                 exp_avg_sq.device_data<float>(), grad.device_data<float>(), param.numel(), step,
+                 current_stream());
 }
 
 void CudaBackend::sum_of_squares(const Tensor& a, Tensor& acc) {
   check_arith(a, "sum_of_squares", "a");
   check_dtype_is(acc, DType::Float64, "sum_of_squares", "acc");
-  kernels::sum_of_squares(a.raw_data(), a.dtype(), a.numel(), acc.data<double>(), current_stream());
+  kernels::sum_of_squares(a.device_ptr(), a.dtype(), a.numel(), acc.device_data<double>(),
+                          current_stream());
 }
 
 // ---- fused attention ---------------------------------------------------------------------------
@@ -273,8 +285,8 @@ void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     Tensor& out, Tensor& lse) {
   check_arith(q, "attention_forward", "q");
   check_dtype_is(lse, DType::Float32, "attention_forward", "lse");
-  kernels::attention_forward(q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
-                             lse.data<float>(), q.dtype(), q.size(0) * q.size(1), q.size(2),
+  kernels::attention_forward(q.device_ptr(), k.device_ptr(), v.device_ptr(), out.device_ptr(),
+                             lse.device_data<float>(), q.dtype(), q.size(0) * q.size(1), q.size(2),
                              q.size(3), scale, current_stream());
 }
 
@@ -285,10 +297,11 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
   const std::int64_t bh = q.size(0) * q.size(1), t = q.size(2), d = q.size(3);
   Tensor delta = Tensor::empty(Shape{bh, t}, DType::Float32, q.device());
   Tensor dq_accum = Tensor::empty(Shape{bh, t, d}, DType::Float32, q.device());
-  kernels::attention_backward(q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
-                              lse.data<float>(), grad_out.raw_data(), dq.raw_data(), dk.raw_data(),
-                              dv.raw_data(), delta.data<float>(), dq_accum.data<float>(), q.dtype(),
-                              bh, t, d, scale, current_stream());
+  kernels::attention_backward(q.device_ptr(), k.device_ptr(), v.device_ptr(), out.device_ptr(),
+                              lse.device_data<float>(), grad_out.device_ptr(), dq.device_ptr(),
+                              dk.device_ptr(), dv.device_ptr(), delta.device_data<float>(),
+                              dq_accum.device_data<float>(), q.dtype(), bh, t, d, scale,
+                              current_stream());
 }
 
 void CudaBackend::synchronize() { TS_CUDA_CHECK(cudaStreamSynchronize(current_stream())); }

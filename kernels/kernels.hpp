@@ -108,6 +108,9 @@ void cross_entropy_backward(const void* logits, const std::int64_t* targets,
                             std::int64_t ignore_index, const float* logsumexp, double scale,
                             void* grad_logits, DType dtype, std::int64_t rows, std::int64_t vocab,
                             cudaStream_t stream);
+/// count[0] = number of targets[i] != ignore_index, or 1 when there are none (float32).
+void count_targets(const std::int64_t* targets, std::int64_t n, std::int64_t ignore_index,
+                   float* count, cudaStream_t stream);
 
 // ---- gemm.cpp (cuBLASLt) --------------------------------------------------------------------
 /// C[i] = alpha op(A[i]) op(B[i]) + beta C[i], row-major, i < args.batch (backend.hpp's

@@ -1,6 +1,7 @@
 #include "backend/backend.hpp"
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/emu/emu_backend.hpp"
 
 #include <array>
 
@@ -12,21 +13,27 @@ Backend& cuda_backend(); // kernels/cuda_backend.cpp
 
 namespace {
 // The process-wide table of device backends; the CPU one always exists.
-std::array<Backend*, 2>& registry() {
+// Indexed by Device::Kind: cpu, cuda, emu.
+std::array<Backend*, 3>& registry() {
   static CpuBackend cpu;
+  static EmuBackend emu;
 #ifdef TINYSCALE_HAVE_CUDA
-  static std::array<Backend*, 2> table{&cpu, &cuda_backend()};
+  static std::array<Backend*, 3> table{&cpu, &cuda_backend(), &emu};
 #else
-  static std::array<Backend*, 2> table{&cpu, nullptr};
+  static std::array<Backend*, 3> table{&cpu, nullptr, &emu};
 #endif
   return table;
 }
 } // namespace
 
 Backend& backend_for(Device device) {
-  TS_CHECK(device.kind == Device::Kind::CPU || device.index == 0, "backend_for: expected cuda:0, ",
-           "found ", device.str(), "; tinyscale drives one GPU per process: choose it with ",
-           "CUDA_VISIBLE_DEVICES (mpirun gives each rank its own)");
+  TS_CHECK(device.kind != Device::Kind::CUDA || device.index == 0,
+           "backend_for: expected cuda:0, found ", device.str(), "; tinyscale drives one GPU per ",
+           "process: choose it with CUDA_VISIBLE_DEVICES (mpirun gives each rank its own)");
+  TS_CHECK(device.kind != Device::Kind::Emu || device.index == 0,
+           "backend_for: expected emu:0, found ", device.str(),
+           "; the emulated device has one "
+           "index, like the one GPU a process drives");
   Backend* b = registry()[static_cast<std::size_t>(device.kind)];
   TS_CHECK(b != nullptr, "backend_for: expected a backend for device ", device.str(),
            ", found none; this build of tinyscale has no CUDA backend (it arrives with chapter ",

@@ -124,6 +124,10 @@ public:
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                       std::int64_t ignore_index, const Tensor& logsumexp,
                                       double scale, Tensor& grad_logits) = 0;
+  /// count[0] = the number of targets that are not `ignore_index`, or 1 when there are none (a
+  /// mean over no terms is then 0, not 0/0); `count` is one element of the loss dtype. It keeps
+  /// the mean's divisor on the device, where the targets are.
+  virtual void count_targets(const Tensor& targets, std::int64_t ignore_index, Tensor& count) = 0;
   /// mask[i] = (uniform(seed, stream, offset + i) >= p) / (1 - p).
   virtual void dropout_mask(std::uint64_t seed, std::uint64_t stream, std::uint64_t offset,
                             double p, Tensor& mask) = 0;

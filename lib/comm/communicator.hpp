@@ -76,10 +76,10 @@ public:
   virtual const std::string& name() const = 0;
   /// "threads", "mpi" or "nccl".
   virtual const char* backend() const = 0;
-  /// Where the buffers handed to this communicator live: host memory (threads, mpi) or device
-  /// memory (nccl). The tensor layer (tensor_comm.hpp) stages CUDA tensors through the host for a
-  /// host communicator.
-  virtual Device::Kind buffer_memory() const { return Device::Kind::CPU; }
+  /// True when the buffers handed to this communicator may live in `memory`: host memory (mpi),
+  /// host or emulated-device memory (threads), CUDA memory (nccl). The tensor layer
+  /// (tensor_comm.hpp) stages a tensor through the host, counted, when its memory is not read.
+  virtual bool reads(Device::Kind memory) const { return memory == Device::Kind::CPU; }
   /// The world rank of group rank `group_rank` (for messages and traces).
   virtual int world_rank(int group_rank) const = 0;
   /// The deadline of blocking operations.

@@ -53,7 +53,7 @@ public:
   int size() const override { return inner_->size(); }
   const std::string& name() const override { return inner_->name(); }
   const char* backend() const override { return inner_->backend(); }
-  Device::Kind buffer_memory() const override { return inner_->buffer_memory(); }
+  bool reads(Device::Kind memory) const override { return inner_->reads(memory); }
   int world_rank(int group_rank) const override { return inner_->world_rank(group_rank); }
   std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
   void set_timeout(std::chrono::milliseconds timeout) override { inner_->set_timeout(timeout); }

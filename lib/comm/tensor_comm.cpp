@@ -65,17 +65,19 @@ private:
 void check_usable(const Communicator& comm, const Tensor& t, const char* op, const char* arg) {
   TS_CHECK(t.defined(), op, ": expected a defined tensor for '", arg,
            "', found an undefined one (a default-constructed Tensor or a missing gradient)");
-  TS_CHECK(comm.buffer_memory() == Device::Kind::CPU || t.device().kind == Device::Kind::CUDA, op,
+  TS_CHECK(comm.reads(t.device().kind) || comm.reads(Device::Kind::CPU), op,
            ": expected a CUDA tensor for '", arg, "' on the ", comm.backend(),
            " backend (it reads GPU memory), found one on ", t.device().str(),
            "; move it with .to(Device::cuda())");
 }
 
-// The buffer the communicator reads: the tensor itself, or its host copy for a host
-// communicator. A device buffer is handed over only once the compute stream has written it.
-Tensor staged(const Communicator& comm, const Tensor& t) {
-  if (t.device().kind == Device::Kind::CPU) return t;
-  if (comm.buffer_memory() == Device::Kind::CPU) return t.to(Device::cpu());
+// The buffer the communicator reads: the tensor itself when it reads the tensor's memory, else a
+// host copy (counted host traffic). A device buffer is handed over only once the compute stream
+// has written it.
+Tensor staged(const Communicator& comm, const Tensor& t,
+              std::source_location where = std::source_location::current()) {
+  if (t.device().is_host()) return t;
+  if (!comm.reads(t.device().kind)) return t.to(Device::cpu(), where);
   backend_of(t).synchronize();
   return t;
 }
@@ -116,17 +118,21 @@ std::int64_t sum(const std::vector<std::int64_t>& v) {
 
 } // namespace
 
+Device statistics_device(const Communicator& comm, Device device) {
+  return comm.reads(Device::Kind::CPU) ? Device::cpu() : device;
+}
+
 void all_reduce(Communicator& comm, Tensor& tensor, ReduceOp op) {
   check_usable(comm, tensor, "all_reduce", "tensor");
   Tensor buffer = staged(comm, tensor);
-  comm.all_reduce(buffer.raw_data(), buffer.raw_data(), buffer.numel(), buffer.dtype(), op);
+  comm.all_reduce(buffer.device_ptr(), buffer.device_ptr(), buffer.numel(), buffer.dtype(), op);
   unstage(tensor, buffer);
 }
 
 WorkHandle all_reduce_async(Communicator& comm, Tensor& tensor, ReduceOp op) {
   check_usable(comm, tensor, "all_reduce_async", "tensor");
   Tensor buffer = staged(comm, tensor);
-  WorkHandle inner = comm.all_reduce_async(buffer.raw_data(), buffer.raw_data(), buffer.numel(),
+  WorkHandle inner = comm.all_reduce_async(buffer.device_ptr(), buffer.device_ptr(), buffer.numel(),
                                            buffer.dtype(), op);
   inner = std::make_unique<TensorWork>(std::move(inner), std::vector<Tensor>{tensor, buffer});
   if (buffer.id() == tensor.id()) return inner;
@@ -139,7 +145,7 @@ Tensor reduce_scatter(Communicator& comm, const Tensor& tensor, ReduceOp op) {
   Tensor buffer = staged(comm, tensor);
   Tensor shard = Tensor::empty(with_rows(tensor, tensor.size(0) / comm.size()), tensor.dtype(),
                                buffer.device());
-  comm.reduce_scatter(buffer.raw_data(), shard.raw_data(), shard.numel(), tensor.dtype(), op);
+  comm.reduce_scatter(buffer.device_ptr(), shard.device_ptr(), shard.numel(), tensor.dtype(), op);
   return on_device_of(tensor, shard);
 }
 
@@ -150,14 +156,14 @@ Tensor all_gather(Communicator& comm, const Tensor& shard) {
   Tensor buffer = staged(comm, shard);
   Tensor full =
       Tensor::empty(with_rows(shard, shard.size(0) * comm.size()), shard.dtype(), buffer.device());
-  comm.all_gather(buffer.raw_data(), full.raw_data(), shard.numel(), shard.dtype());
+  comm.all_gather(buffer.device_ptr(), full.device_ptr(), shard.numel(), shard.dtype());
   return on_device_of(shard, full);
 }
 
 void broadcast(Communicator& comm, Tensor& tensor, int root) {
   check_usable(comm, tensor, "broadcast", "tensor");
   Tensor buffer = staged(comm, tensor);
-  comm.broadcast(buffer.raw_data(), buffer.numel(), buffer.dtype(), root);
+  comm.broadcast(buffer.device_ptr(), buffer.numel(), buffer.dtype(), root);
   unstage(tensor, buffer);
 }
 
@@ -166,7 +172,8 @@ Tensor all_to_all(Communicator& comm, const Tensor& tensor) {
   check_rows_divide(comm, tensor, "all_to_all");
   Tensor buffer = staged(comm, tensor);
   Tensor out = Tensor::empty(tensor.shape(), tensor.dtype(), buffer.device());
-  comm.all_to_all(buffer.raw_data(), out.raw_data(), tensor.numel() / comm.size(), tensor.dtype());
+  comm.all_to_all(buffer.device_ptr(), out.device_ptr(), tensor.numel() / comm.size(),
+                  tensor.dtype());
   return on_device_of(tensor, out);
 }
 
@@ -193,34 +200,35 @@ Tensor all_to_all_v(Communicator& comm, const Tensor& tensor,
   }
   Tensor buffer = staged(comm, tensor);
   Tensor out = Tensor::empty(with_rows(tensor, sum(recv_rows)), tensor.dtype(), buffer.device());
-  comm.all_to_all_v(buffer.raw_data(), send_counts, out.raw_data(), recv_counts, tensor.dtype());
+  comm.all_to_all_v(buffer.device_ptr(), send_counts, out.device_ptr(), recv_counts,
+                    tensor.dtype());
   return on_device_of(tensor, out);
 }
 
 void send(Communicator& comm, const Tensor& tensor, int peer, int tag) {
   check_usable(comm, tensor, "send", "tensor");
   Tensor buffer = staged(comm, tensor);
-  comm.send(buffer.raw_data(), buffer.numel(), buffer.dtype(), peer, tag);
+  comm.send(buffer.device_ptr(), buffer.numel(), buffer.dtype(), peer, tag);
 }
 
 void recv(Communicator& comm, Tensor& tensor, int peer, int tag) {
   check_usable(comm, tensor, "recv", "tensor");
   Tensor buffer = staged(comm, tensor);
-  comm.recv(buffer.raw_data(), buffer.numel(), buffer.dtype(), peer, tag);
+  comm.recv(buffer.device_ptr(), buffer.numel(), buffer.dtype(), peer, tag);
   unstage(tensor, buffer);
 }
 
 WorkHandle isend(Communicator& comm, const Tensor& tensor, int peer, int tag) {
   check_usable(comm, tensor, "isend", "tensor");
   Tensor buffer = staged(comm, tensor);
-  WorkHandle inner = comm.isend(buffer.raw_data(), buffer.numel(), buffer.dtype(), peer, tag);
+  WorkHandle inner = comm.isend(buffer.device_ptr(), buffer.numel(), buffer.dtype(), peer, tag);
   return std::make_unique<TensorWork>(std::move(inner), std::vector<Tensor>{tensor, buffer});
 }
 
 WorkHandle irecv(Communicator& comm, Tensor& tensor, int peer, int tag) {
   check_usable(comm, tensor, "irecv", "tensor");
   Tensor buffer = staged(comm, tensor);
-  WorkHandle inner = comm.irecv(buffer.raw_data(), buffer.numel(), buffer.dtype(), peer, tag);
+  WorkHandle inner = comm.irecv(buffer.device_ptr(), buffer.numel(), buffer.dtype(), peer, tag);
   inner = std::make_unique<TensorWork>(std::move(inner), std::vector<Tensor>{tensor, buffer});
   if (buffer.id() == tensor.id()) return inner;
   return std::make_unique<StagedWork>(std::move(inner), tensor, buffer);

@@ -29,7 +29,8 @@ bool is_floating(DType dtype) {
 }
 
 std::string Device::str() const {
-  return kind == Kind::CPU ? std::string("cpu") : "cuda:" + std::to_string(index);
+  if (kind == Kind::CPU) return "cpu";
+  return (kind == Kind::CUDA ? "cuda:" : "emu:") + std::to_string(index);
 }
 
 } // namespace tinyscale

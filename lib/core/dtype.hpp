@@ -2,7 +2,9 @@
 // float32 is the training type; float64 exists so gradient checks can use central differences
 // with a tiny step; int64 holds token ids and targets; bfloat16 is the GPU's mixed-precision
 // compute type (the CPU only converts to and from it). A Device names where storage lives; the
-// backend for that device does the arithmetic, so nothing above the backend depends on it.
+// backend for that device does the arithmetic, so nothing above the backend depends on it. The
+// emulated device (emu, chapter 11) is the CPU's arithmetic behind a wall: its memory is not the
+// host's, so code that would read GPU memory from the host fails on a laptop, by name.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +34,7 @@ template <> constexpr DType dtype_of<bfloat16>() { return DType::BFloat16; }
 
 /// Where a tensor's storage lives.
 struct Device {
-  enum class Kind { CPU, CUDA };
+  enum class Kind { CPU, CUDA, Emu };
   Kind kind = Kind::CPU;
   int index = 0;
 
@@ -40,7 +42,12 @@ struct Device {
   static Device cpu() { return {Kind::CPU, 0}; }
   /// CUDA device number `index`.
   static Device cuda(int index = 0) { return {Kind::CUDA, index}; }
-  /// "cpu" or "cuda:N".
+  /// The emulated accelerator: CPU kernels, a memory of its own that host code may not touch
+  /// except through Tensor::to (counted). The stand-in for a GPU in tests.
+  static Device emu() { return {Kind::Emu, 0}; }
+  /// True for the host.
+  bool is_host() const { return kind == Kind::CPU; }
+  /// "cpu", "cuda:N" or "emu:0".
   std::string str() const;
   friend bool operator==(const Device& a, const Device& b) = default;
 };

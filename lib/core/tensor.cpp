@@ -1,6 +1,7 @@
 #include "core/tensor.hpp"
 
 #include "backend/backend.hpp"
+#include "backend/host_traffic.hpp"
 #include "core/rng.hpp"
 
 #include <cstring>
@@ -53,22 +54,23 @@ Tensor Tensor::scalar(double value, DType dtype, Device device) {
 }
 
 Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype,
-                           Device device) {
+                           Device device, std::source_location where) {
   TS_CHECK(static_cast<std::int64_t>(values.size()) == shape.numel(),
            "Tensor::from_vector: expected ", shape.numel(), " values for shape ", shape.str(),
            ", found ", values.size());
   Tensor host = empty(shape, DType::Float64, Device::cpu());
   if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(double));
   Tensor typed = dtype == DType::Float64 ? host : host.to(dtype);
-  return device == Device::cpu() ? typed : typed.to(device);
+  return device == Device::cpu() ? typed : typed.to(device, where);
 }
 
-Tensor Tensor::from_ids(const std::vector<std::int64_t>& ids, const Shape& shape, Device device) {
+Tensor Tensor::from_ids(const std::vector<std::int64_t>& ids, const Shape& shape, Device device,
+                        std::source_location where) {
   TS_CHECK(static_cast<std::int64_t>(ids.size()) == shape.numel(), "Tensor::from_ids: expected ",
            shape.numel(), " ids for shape ", shape.str(), ", found ", ids.size());
   Tensor host = empty(shape, DType::Int64, Device::cpu());
   if (!ids.empty()) std::memcpy(host.raw_data(), ids.data(), ids.size() * sizeof(std::int64_t));
-  return device == Device::cpu() ? host : host.to(device);
+  return device == Device::cpu() ? host : host.to(device, where);
 }
 
 Tensor Tensor::randn(const Shape& shape, std::uint64_t seed, std::uint64_t stream, DType dtype,
@@ -91,7 +93,7 @@ Tensor& Tensor::set_name(std::string name) {
   return *this;
 }
 
-void* Tensor::raw_data() const {
+void* Tensor::device_ptr() const {
   auto& im = impl();
   // ZeRO-3 (chapter 07) releases a sharded parameter's storage between uses; reading it then is a
   // bug in the gathering, so it fails here with a name rather than as a null pointer later.
@@ -102,17 +104,31 @@ void* Tensor::raw_data() const {
          im.offset * static_cast<std::int64_t>(dtype_size(im.dtype));
 }
 
-std::vector<double> Tensor::to_vector() const {
-  Tensor host = device() == Device::cpu() ? *this : to(Device::cpu());
+void* Tensor::raw_data(std::source_location where) const {
+  TS_CHECK(device().is_host(), "Tensor '", name().empty() ? "(unnamed)" : name(), "' ",
+           shape().str(), " ", dtype_name(dtype()), ": expected host memory for a host read or ",
+           "write at ", site_name(where), " (", where.function_name(), "), found it on ",
+           device().str(), " (device memory). Copy it with .to(Device::cpu()), read a scalar with ",
+           "item(), or do the work with a backend op on the device");
+  return device_ptr();
+}
+
+void Tensor::check_element_type(DType requested) const {
+  TS_CHECK(requested == dtype(), "Tensor::data: expected element type ", dtype_name(dtype()),
+           ", found a request for ", dtype_name(requested));
+}
+
+std::vector<double> Tensor::to_vector(std::source_location where) const {
+  Tensor host = device().is_host() ? *this : to(Device::cpu(), where);
   Tensor d = host.dtype() == DType::Float64 ? host : host.to(DType::Float64);
   const double* p = d.data<double>();
   return std::vector<double>(p, p + numel());
 }
 
-double Tensor::item() const {
+double Tensor::item(std::source_location where) const {
   TS_CHECK(numel() == 1, "Tensor::item: expected a tensor with one element, found shape ",
            shape().str());
-  return to_vector()[0];
+  return to_vector(where)[0];
 }
 
 std::string Tensor::str() const {
@@ -144,6 +160,15 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::view(std::int64_t offset, const Shape& shape) const {
+  TS_CHECK(offset >= 0 && offset + shape.numel() <= numel(), "Tensor::view: expected ", shape.str(),
+           " at element ", offset, " to fit inside ", this->shape().str());
+  Tensor out = detach();
+  out.impl().offset += offset;
+  out.impl().shape = shape;
+  return out;
+}
+
 Tensor Tensor::to(DType target) const {
   if (target == dtype()) return clone();
   Tensor out = empty(shape(), target, device());
@@ -151,33 +176,34 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
-Tensor Tensor::to(Device target) const {
+Tensor Tensor::to(Device target, std::source_location where) const {
   if (target == device()) return clone();
   Tensor out = empty(shape(), dtype(), target);
   std::size_t bytes = static_cast<std::size_t>(numel()) * dtype_size(dtype());
-  if (target == Device::cpu()) {
-    backend_of(*this).copy_to_host(out.raw_data(), raw_data(), bytes);
+  if (target.is_host()) {
+    backend_of(*this).copy_to_host(out.device_ptr(), device_ptr(), bytes);
   } else {
-    TS_CHECK(device() == Device::cpu(),
+    TS_CHECK(device().is_host(),
              "Tensor::to: copies between two accelerators go through "
              "the host; found ",
              device().str(), " -> ", target.str());
-    backend_for(target).copy_from_host(out.raw_data(), raw_data(), bytes);
+    backend_for(target).copy_from_host(out.device_ptr(), device_ptr(), bytes);
   }
+  record_host_transfer(target.is_host(), bytes, where);
   return out;
 }
 
-void Tensor::copy_(const Tensor& src) {
+void Tensor::copy_(const Tensor& src, std::source_location where) {
   TS_CHECK(src.shape() == shape(), "Tensor::copy_: expected a source of shape ", shape().str(),
            ", found ", src.shape().str());
   TS_CHECK(src.dtype() == dtype(), "Tensor::copy_: expected a source of dtype ",
            dtype_name(dtype()), ", found ", dtype_name(src.dtype()),
            "; convert it with .to(DType) first");
   if (src.device() != device()) { // a transfer: through the host, like Tensor::to(Device)
-    copy_(src.to(device()));
+    copy_(src.to(device(), where));
     return;
   }
-  backend_of(*this).copy(raw_data(), src.raw_data(),
+  backend_of(*this).copy(device_ptr(), src.device_ptr(),
                          static_cast<std::size_t>(numel()) * dtype_size(dtype()));
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -70,10 +71,12 @@ public:
   static Tensor scalar(double value, DType dtype = DType::Float32, Device device = Device::cpu());
   /// Copies host values into a new tensor of `shape` (values.size() must equal numel).
   static Tensor from_vector(const std::vector<double>& values, const Shape& shape,
-                            DType dtype = DType::Float32, Device device = Device::cpu());
+                            DType dtype = DType::Float32, Device device = Device::cpu(),
+                            std::source_location where = std::source_location::current());
   /// Integer tensor (token ids, targets) from host values.
   static Tensor from_ids(const std::vector<std::int64_t>& ids, const Shape& shape,
-                         Device device = Device::cpu());
+                         Device device = Device::cpu(),
+                         std::source_location where = std::source_location::current());
   /// Standard-normal values (times `std`, plus `mean`) at positions offset.. of a Philox stream.
   static Tensor randn(const Shape& shape, std::uint64_t seed, std::uint64_t stream = 0,
                       DType dtype = DType::Float32, double mean = 0.0, double std = 1.0,
@@ -95,18 +98,30 @@ public:
   const std::string& name() const { return impl().name; }
   Tensor& set_name(std::string name);
 
-  // ---- data access (host tensors) -------------------------------------------------------
-  /// Typed pointer to the first element; T must match dtype().
-  template <typename T> T* data() const {
-    TS_CHECK(dtype_of<T>() == dtype(), "Tensor::data: expected element type ", dtype_name(dtype()),
-             ", found a request for ", dtype_name(dtype_of<T>()));
-    return static_cast<T*>(raw_data());
+  // ---- data access ----------------------------------------------------------------------
+  /// Typed pointer to the first element, for host code; T must match dtype(). Throws for a
+  /// tensor in device memory (cuda, emu), naming the tensor and `where`, the caller: host code
+  /// reads device tensors through to(Device::cpu()), item() or to_vector(), which are counted.
+  template <typename T>
+  T* data(std::source_location where = std::source_location::current()) const {
+    check_element_type(dtype_of<T>());
+    return static_cast<T*>(raw_data(where));
   }
-  void* raw_data() const;
+  /// The untyped form of data<T>(): host code only.
+  void* raw_data(std::source_location where = std::source_location::current()) const;
+  /// Typed address of the first element in the tensor's own memory, for a backend's kernels and
+  /// a communicator's transfers, which run where that memory is. Host code never dereferences
+  /// it (that is what data<T>() checks).
+  template <typename T> T* device_data() const {
+    check_element_type(dtype_of<T>());
+    return static_cast<T*>(device_ptr());
+  }
+  /// The untyped form of device_data<T>().
+  void* device_ptr() const;
   /// The elements as doubles, copied to the host (any dtype, any device).
-  std::vector<double> to_vector() const;
-  /// The element of a one-element tensor.
-  double item() const;
+  std::vector<double> to_vector(std::source_location where = std::source_location::current()) const;
+  /// The element of a one-element tensor (copied to the host).
+  double item(std::source_location where = std::source_location::current()) const;
   /// A short printable form: shape, dtype and (for small tensors) the values.
   std::string str() const;
 
@@ -115,13 +130,17 @@ public:
   Tensor clone() const;
   /// Shares storage, has no grad_fn and does not require grad.
   Tensor detach() const;
+  /// A window of `shape` into this tensor's storage, starting `offset` elements after its first
+  /// element (a parameter's slice of a flat bucket); not recorded by autograd.
+  Tensor view(std::int64_t offset, const Shape& shape) const;
   /// Converts to another dtype (a copy; not differentiable).
   Tensor to(DType dtype) const;
-  /// Copies to another device (not differentiable).
-  Tensor to(Device device) const;
+  /// Copies to another device (not differentiable). A copy between host and device is counted
+  /// (host_traffic.hpp) under `where`, the caller.
+  Tensor to(Device device, std::source_location where = std::source_location::current()) const;
   /// Copies `src` (same shape and dtype, any device) into this tensor's storage; not recorded by
-  /// autograd.
-  void copy_(const Tensor& src);
+  /// autograd. A copy between host and device is counted under `where`.
+  void copy_(const Tensor& src, std::source_location where = std::source_location::current());
   /// Fills with `value` in place; not recorded by autograd.
   void fill_(double value);
 
@@ -150,6 +169,7 @@ public:
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
 private:
+  void check_element_type(DType requested) const;
   std::shared_ptr<TensorImpl> impl_;
 };
 

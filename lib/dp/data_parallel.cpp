@@ -7,7 +7,6 @@
 #include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 
-#include <cstring>
 #include <optional>
 #include <string>
 
@@ -44,18 +43,6 @@ namespace {
 std::int64_t element_bytes(const Tensor& t) {
   return static_cast<std::int64_t>(dtype_size(t.dtype()));
 }
-
-// The count at `slot` after the gradients of a bucket buffer, whatever the float dtype.
-double read_count(const Tensor& buffer, std::int64_t index) {
-  return buffer.dtype() == DType::Float32 ? buffer.data<float>()[index]
-                                          : buffer.data<double>()[index];
-}
-void write_count(const Tensor& buffer, std::int64_t index, double value) {
-  if (buffer.dtype() == DType::Float32)
-    buffer.data<float>()[index] = static_cast<float>(value);
-  else
-    buffer.data<double>()[index] = value;
-}
 } // namespace
 
 DataParallel::DataParallel(nn::ParameterList params, comm::Communicator& group, DpOptions options,
@@ -66,10 +53,9 @@ DataParallel::DataParallel(nn::ParameterList params, comm::Communicator& group, 
   const DType dtype = params.front().tensor.dtype();
   std::vector<std::int64_t> bytes;
   for (const auto& p : params) {
-    TS_CHECK(p.tensor.device() == Device::cpu(), "DataParallel: expected parameters on the CPU, ",
-             "found '", p.name, "' on ", p.tensor.device().str(),
-             "; this version buckets gradients in host memory: train with --dp on the CPU, or on "
-             "one GPU without --dp");
+    TS_CHECK(p.tensor.device() == params.front().tensor.device(), "DataParallel: expected ",
+             "every parameter on one device (", params.front().tensor.device().str(), "), found '",
+             p.name, "' on ", p.tensor.device().str());
     TS_CHECK(p.tensor.dtype() == dtype && is_floating(dtype), "DataParallel: expected every ",
              "parameter in one floating dtype (", dtype_name(dtype), "), found '", p.name, "' in ",
              dtype_name(p.tensor.dtype()));
@@ -101,7 +87,8 @@ DataParallel::DataParallel(nn::ParameterList params, comm::Communicator& group, 
     }
     s.grad_elements.push_back(elements);
     const auto counts = static_cast<std::int64_t>(s.buckets[b].params.size());
-    s.buffers.push_back(Tensor::zeros({elements + counts}, dtype));
+    s.buffers.push_back(
+        Tensor::zeros({elements + counts}, dtype, s.params.front().tensor.device()));
   }
   s.works.resize(s.buckets.size());
   s.launched_at.resize(s.buckets.size());
@@ -136,18 +123,18 @@ void DataParallel::State::on_ready(std::size_t param) {
 }
 
 // Copies the parameter's gradient into its bucket and sets its count: 1 with a gradient, 0 without.
+// Both are device copies and fills: the bucket lives where the gradients do.
 void DataParallel::State::pack(std::size_t param) {
   const Tensor& buffer = buffers[bucket_of[param]];
   const Tensor& p = params[param].tensor;
   const Tensor grad = p.grad();
-  auto* dst = static_cast<char*>(buffer.raw_data()) + offset_of[param] * dtype_size(p.dtype());
-  const auto bytes = static_cast<std::size_t>(p.numel()) * dtype_size(p.dtype());
+  Tensor slice = buffer.view(static_cast<std::int64_t>(offset_of[param]), p.shape());
   if (grad.defined())
-    std::memcpy(dst, grad.raw_data(), bytes);
+    slice.copy_(grad);
   else
-    std::memset(dst, 0, bytes);
-  write_count(buffer, grad_elements[bucket_of[param]] + static_cast<std::int64_t>(slot_of[param]),
-              grad.defined() ? 1.0 : 0.0);
+    slice.fill_(0.0);
+  buffer.view(grad_elements[bucket_of[param]] + static_cast<std::int64_t>(slot_of[param]), {1})
+      .fill_(grad.defined() ? 1.0 : 0.0);
 }
 
 void DataParallel::State::launch(std::size_t bucket) {
@@ -164,23 +151,19 @@ void DataParallel::State::poke() {
     ++first_in_flight;
 }
 
-// Writes bucket `bucket`'s sums back: a parameter no rank had a gradient for gets none.
+// Writes bucket `bucket`'s sums back: a parameter no rank had a gradient for gets none. The counts
+// come to the host in one copy per bucket (a documented statistic of the step).
 void DataParallel::State::unpack(std::size_t bucket) {
   const Tensor& buffer = buffers[bucket];
+  const auto n = static_cast<std::int64_t>(buckets[bucket].params.size());
+  const std::vector<double> ranks_with_grad = buffer.view(grad_elements[bucket], {n}).to_vector();
   for (std::size_t p : buckets[bucket].params) {
     Tensor param = params[p].tensor;
-    const double ranks_with_grad =
-        read_count(buffer, grad_elements[bucket] + static_cast<std::int64_t>(slot_of[p]));
-    if (ranks_with_grad == 0) {
+    if (ranks_with_grad[slot_of[p]] == 0) {
       param.set_grad(Tensor());
       continue;
     }
-    Tensor grad = Tensor::empty(param.shape(), param.dtype());
-    std::memcpy(grad.raw_data(),
-                static_cast<const char*>(buffer.raw_data()) +
-                    offset_of[p] * dtype_size(param.dtype()),
-                static_cast<std::size_t>(param.numel()) * dtype_size(param.dtype()));
-    param.set_grad(grad);
+    param.set_grad(buffer.view(static_cast<std::int64_t>(offset_of[p]), param.shape()).clone());
   }
 }
 

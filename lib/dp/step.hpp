@@ -20,9 +20,10 @@ namespace tinyscale::dp {
 
 /// Collective over `group`: sums every rank's share of a step's losses and MoE counts (each rank
 /// passes its rows' share; train::step_sums lays them out), so every rank ends with the whole
-/// batch's figures.
+/// batch's figures. The sums sit on the host, or on `device` when the group reads only device
+/// memory (nccl).
 void reduce_step_result(comm::Communicator& group, train::StepResult& r,
-                        const nn::ModelConfig& model);
+                        const nn::ModelConfig& model, Device device);
 
 /// What one layout decides about a step; everything but `rows` and `first_row` is optional.
 struct StepPlan {

@@ -98,9 +98,8 @@ train::StepResult EpTrainer::train_step() {
   plan.grad_norm = [&] {
     const double dense = optim::global_grad_norm(dense_params_);
     const double mine = optim::global_grad_norm(expert_params_);
-    Tensor experts = Tensor::from_vector(
-        {mine * mine}, Shape({1}), DType::Float64,
-        ep_->buffer_memory() == Device::Kind::CUDA ? trainer_->device() : Device::cpu());
+    Tensor experts = Tensor::from_vector({mine * mine}, Shape({1}), DType::Float64,
+                                         comm::statistics_device(*ep_, trainer_->device()));
     comm::all_reduce(*ep_, experts);
     return std::sqrt(dense * dense + experts.item());
   };
@@ -137,7 +136,7 @@ all_gather_load(comm::Communicator& group, const std::vector<EpLayerLoad>& mine,
                  l.dispatch_seconds, l.compute_seconds, l.combine_seconds, l.backward_seconds});
   }
   const auto n = static_cast<std::int64_t>(flat.size());
-  const Device where = group.buffer_memory() == Device::Kind::CUDA ? device : Device::cpu();
+  const Device where = comm::statistics_device(group, device);
   const Tensor all =
       comm::all_gather(group, Tensor::from_vector(flat, Shape({n}), DType::Float64, where));
   const std::vector<double> v = all.to_vector();

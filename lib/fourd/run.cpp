@@ -32,21 +32,20 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
            "train: --schedule, --chunks and --pp-blocks cut the model into pipeline stages; they "
            "need --pp 2 or more, found --pp ",
            plan.pp);
-  const int D = std::max(1, plan.dp);
-  // What runs on a GPU today: one rank, and --tp (accepted, not yet run on one). The others keep
-  // buckets, pipeline buffers or optimizer shards in host memory, so they are refused here, from
-  // the config, before a GPU or a rank is touched.
+  // What trains on a device today (proved on emu, the emulated device): one rank, --dp, and --tp
+  // (accepted, not yet proved). The others still keep pipeline buffers, optimizer shards or
+  // expert buffers in host memory, so they are refused here, from the config, before a GPU or a
+  // rank is touched.
   const char* host_only = plan.composed() ? "a composed run (chapter 10)"
                           : plan.pp > 1   ? "--pp"
                           : plan.zero > 0 ? "--zero"
                           : plan.ep > 1   ? "--ep"
-                          : D > 1         ? "--dp"
                                           : nullptr;
   TS_CHECK(config.train.device == "cpu" || host_only == nullptr, "train: train.device = \"",
            config.train.device, "\" with ", host_only,
-           ": this version trains on a GPU with one rank only (--tp is accepted there, not yet "
-           "run); data, pipeline and ZeRO parallelism keep their buffers in host memory. Set "
-           "train.device = \"cpu\", or leave out ",
+           ": this version trains on a device with one rank, --dp or --tp only; pipeline, ZeRO and "
+           "expert parallelism keep buffers in host memory. Set train.device = \"cpu\", or leave "
+           "out ",
            host_only);
   if (plan.composed()) {
     TS_CHECK(plan.zero <= 1, "train: --zero ", plan.zero, " in a composed run (--tp, --pp, --ep, ",

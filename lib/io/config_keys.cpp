@@ -81,7 +81,8 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(train.checkpoint_keep_every,
                     "with checkpoint_keep_last: also keep every step that is a multiple of N"),
       TS_CONFIG_KEY(train.peak_gflops, "device peak GFLOP/s for MFU; 0 = look it up or measure"),
-      TS_CONFIG_KEY(train.device, "where the model trains: cpu or cuda (one GPU per rank)"),
+      TS_CONFIG_KEY(train.device, "where the model trains: cpu, cuda (one GPU per rank) or emu "
+                                  "(the emulated device: CPU arithmetic, device memory rules)"),
       TS_CONFIG_KEY(train.threads, "CPU threads per rank for its kernels; 0 = TINYSCALE_THREADS "
                                    "or else the cores divided by the ranks on this machine"),
   };

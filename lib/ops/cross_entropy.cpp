@@ -10,6 +10,41 @@ namespace tinyscale {
 
 using autograd::Grads;
 
+namespace {
+// The path for targets in device memory (a GPU, or emu): the count of targets that are not
+// ignored and the upstream gradient stay device scalars, so nothing comes back to the host. The
+// backward pays one more pass over the logits' gradient (the scale is a tensor, not a number).
+Tensor device_cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
+                            Reduction reduction, const Tensor& losses, const Tensor& lse) {
+  Backend& backend = backend_of(logits);
+  const Device device = logits.device();
+  Tensor out = Tensor::empty(Shape{}, losses.dtype(), device);
+  backend.sum_to(losses, out);
+  Tensor inverse_count; // 1 / (targets that count), for the mean
+  if (reduction == Reduction::Mean) {
+    Tensor count = Tensor::empty(Shape{}, losses.dtype(), device);
+    backend.count_targets(targets, ignore_index, count);
+    inverse_count = Tensor::empty(Shape{}, losses.dtype(), device);
+    backend.unary(UnaryOp::RdivScalar, count, 1.0, inverse_count);
+    backend.binary(BinaryOp::Mul, out, inverse_count, out);
+  }
+  return record_op("cross_entropy", out, {logits, targets},
+                   [logits = logits.detach(), targets = targets.detach(), lse, inverse_count,
+                    ignore_index](const Tensor& g) {
+                     Backend& b = backend_of(logits);
+                     Tensor dlogits =
+                         Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+                     b.cross_entropy_backward(logits, targets, ignore_index, lse, 1.0, dlogits);
+                     Tensor factor = g.clone();
+                     if (inverse_count.defined())
+                       b.binary(BinaryOp::Mul, factor, inverse_count, factor);
+                     if (factor.dtype() != dlogits.dtype()) factor = factor.to(dlogits.dtype());
+                     b.binary(BinaryOp::Mul, dlogits, factor, dlogits);
+                     return Grads{dlogits, Tensor()};
+                   });
+}
+} // namespace
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
                      Reduction reduction) {
   check_floating(logits, "cross_entropy", "logits");
@@ -21,11 +56,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
            targets.shape().str());
   detail::check_ids_in_range(targets, logits.size(-1), ignore_index, "cross_entropy",
                              "targets (or ignore_index)");
+  // The targets on a device stay there: the mean's divisor and the backward's scale are device
+  // scalars (device_cross_entropy), so a step reads nothing back for its loss.
   // The loss is float32 or better: bfloat16 logits (mixed precision) give float32 losses.
   const DType loss_dtype = logits.dtype() == DType::BFloat16 ? DType::Float32 : logits.dtype();
   Tensor losses = Tensor::empty(Shape(rows), loss_dtype, logits.device());
   Tensor lse = Tensor::empty(Shape(rows), loss_dtype, logits.device());
   backend_of(logits).cross_entropy(logits, targets, ignore_index, losses, lse);
+  if (!targets.device().is_host())
+    return device_cross_entropy(logits, targets, ignore_index, reduction, losses, lse);
   std::int64_t counted = 0;
   for (double t : targets.to_vector()) counted += static_cast<std::int64_t>(t) != ignore_index;
   const double scale = reduction == Reduction::Sum ? 1.0

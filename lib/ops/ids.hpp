@@ -8,7 +8,8 @@
 namespace tinyscale::detail {
 
 /// Throws unless every id is in [0, limit) or equals `allowed_extra` (an ignore index, if any),
-/// naming `op` and the position of the first bad id.
+/// naming `op` and the position of the first bad id. Checks host ids only: ids in device memory
+/// were checked where they were made (the dataset), and reading them back would stall the device.
 void check_ids_in_range(const Tensor& ids, std::int64_t limit,
                         std::optional<std::int64_t> allowed_extra, const char* op,
                         const char* what);

@@ -29,6 +29,9 @@ const nn::ParameterList& placed(const nn::ParameterList& params, Device device,
   TS_CHECK(model.precision == "fp32" || device.kind == Device::Kind::CUDA,
            "model.precision = \"bf16\": expected train.device = \"cuda\", found \"cpu\"; the CPU ",
            "backend computes in float32 (it is the reference the GPU is checked against)");
+  TS_CHECK(model.moe.every == 0 || device.is_host(), "model.moe: expected train.device = ",
+           "\"cpu\" for a mixture-of-experts model, found \"", device.str(), "\"; this version ",
+           "routes tokens (top-k, capacity) on the host, so MoE layers train on the CPU only");
   nn::to_device(params, device);
   return params;
 }
@@ -59,7 +62,9 @@ Trainer::Trainer(const ModelFactory& make_model, io::RunConfig config,
 
 Device parse_device(const std::string& name) {
   if (name == "cpu") return Device::cpu();
-  TS_CHECK(name == "cuda", "train.device: expected \"cpu\" or \"cuda\", found \"", name, "\"");
+  if (name == "emu") return Device::emu();
+  TS_CHECK(name == "cuda", "train.device: expected \"cpu\", \"cuda\" or \"emu\" (the emulated ",
+           "device: CPU arithmetic in memory the host may not touch), found \"", name, "\"");
   TS_CHECK(cuda_compiled(), "train.device = \"cuda\": expected a CUDA build of tinyscale, found a ",
            "CPU-only one; configure with -DTINYSCALE_CUDA=ON on a machine with nvcc");
   TS_CHECK(!cuda_devices().empty(), "train.device = \"cuda\": expected a visible GPU, found none (",

@@ -27,8 +27,8 @@ namespace tinyscale::train {
 /// which keeps only this rank's shard of it; the Trainer then allocates no moments).
 enum class OptimizerOwner { Trainer, Caller };
 
-/// The Device named by train.device ("cpu" or "cuda"); throws, saying why, when a CUDA run is
-/// asked of a CPU-only build or a machine without a GPU.
+/// The Device named by train.device ("cpu", "cuda" or "emu"); throws, saying why, when a CUDA run
+/// is asked of a CPU-only build or a machine without a GPU.
 Device parse_device(const std::string& name);
 
 /// The batch rule every layout shares: throws unless train.batch_size divides into `replicas`

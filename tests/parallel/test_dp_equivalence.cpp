@@ -3,6 +3,7 @@
 // says exactly what is compared and why), for the dense and the MoE model, whatever the buckets;
 // and the comparison notices when a single bucket is left out.
 #include "dp_equivalence.hpp"
+#include "host_traffic.hpp"
 #include "rank_checks.hpp"
 
 #include "backend/cpu/intra_op.hpp"
@@ -109,4 +110,65 @@ TEST_CASE("Ranks as threads with 2 intra-op threads each train bit for bit what 
   const RunRecord one = threads_run(2, config);
   const RunRecord two = threads_run(2, config, {}, 2);
   REQUIRE(compare_runs(one, two, 0.0) == "");
+}
+
+// ---- on the emulated device (chapter 11): buckets, all-reduces and the step stay in device
+// memory; the threads backend moves the buckets buffer to buffer, as it does on one GPU.
+
+namespace {
+io::RunConfig on_emu(io::RunConfig config) {
+  config.train.device = "emu";
+  return config;
+}
+} // namespace
+
+TEST_CASE("On the emulated device, data parallel equals one rank, same tolerance as on the CPU",
+          "[parallel][dp][emu]") {
+  SECTION("N = 2, b = 2, k = 1, one bucket per parameter") {
+    const io::RunConfig config = on_emu(dp_run_config(2, 2, 1, false));
+    const RunRecord got = threads_run(2, config, {1, true, -1});
+    REQUIRE(compare_runs(reference_run(config, 2), got, kTolerance) == "");
+  }
+  SECTION("N = 4, b = 1, k = 2, overlapped buckets") {
+    const io::RunConfig config = on_emu(dp_run_config(4, 1, 2, false));
+    const RunRecord got = threads_run(4, config, {16 << 10, true, -1});
+    REQUIRE(compare_runs(reference_run(config, 4), got, kTolerance) == "");
+  }
+  SECTION("float64 with biases, to 1e-10, and equal to the CPU's run") {
+    const io::RunConfig config = on_emu(dp_run_config(2, 1, 2, false, DType::Float64));
+    const RunRecord got = threads_run(2, config, {16 << 10, true, -1});
+    REQUIRE(compare_runs(reference_run(config, 2), got, 1e-10) == "");
+    io::RunConfig on_cpu = config;
+    on_cpu.train.device = "cpu";
+    REQUIRE(compare_runs(threads_run(2, on_cpu, {16 << 10, true, -1}), got, 1e-10) == "");
+  }
+}
+
+TEST_CASE("After warm-up a data-parallel step on emu moves only the batch, the documented scalars "
+          "and each bucket's counts, on every rank",
+          "[parallel][dp][emu]") {
+  const int n = 2;
+  const io::RunConfig config = on_emu(dp_run_config(n, 2, 2, false));
+  std::vector<std::string> problems(n);
+  comm::run_threads(n, [&](comm::Communicator& world) {
+    dp::DpTrainer trainer(config, world, {16 << 10, true, -1});
+    trainer.train_step();
+    const dp::DataParallel& sync = trainer.data_parallel();
+    std::int64_t bucketed = 0;
+    for (const dp::Bucket& b : sync.buckets())
+      bucketed += static_cast<std::int64_t>(b.params.size());
+    const StepTrafficShape shape{config.train.micro_batches,
+                                 config.train.batch_size / (n * config.train.micro_batches),
+                                 config.train.seq_len,
+                                 4,
+                                 static_cast<std::int64_t>(sync.buckets().size()),
+                                 bucketed};
+    HostTraffic traffic;
+    {
+      CountHostTraffic scope(traffic);
+      trainer.train_step();
+    }
+    problems[static_cast<std::size_t>(world.rank())] = step_traffic_problem(traffic, shape);
+  });
+  for (const std::string& p : problems) REQUIRE(p == "");
 }

@@ -96,3 +96,16 @@ TEST_CASE("Negative control: replacing one g operator by the identity breaks the
     }
   }
 }
+
+TEST_CASE("On the emulated device, tensor parallel (with SP, and DP x TP) equals one rank, same "
+          "tolerance as on the CPU",
+          "[parallel][tp][emu]") {
+  for (auto [dp, tp, sp] :
+       {std::tuple{1, 2, false}, std::tuple{1, 2, true}, std::tuple{2, 2, true}}) {
+    INFO("dp = " << dp << ", tp = " << tp << (sp ? " with SP" : ""));
+    io::RunConfig config = tp_run_config(dp, 2, 1, false);
+    config.train.device = "emu";
+    const RunRecord got = threads_tp_run(dp, tp, config, {sp, -1});
+    REQUIRE(compare_runs(reference_run(config, dp), got, kTolerance) == "");
+  }
+}

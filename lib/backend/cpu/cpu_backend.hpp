@@ -10,7 +10,7 @@
 namespace tinyscale {
 
 /// Backend for Device::cpu(), built on Eigen.
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
 public:
   const char* name() const override { return "cpu"; }
 
@@ -48,6 +48,7 @@ public:
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                               std::int64_t ignore_index, const Tensor& logsumexp, double scale,
                               Tensor& grad_logits) override;
+  void count_targets(const Tensor& targets, std::int64_t ignore_index, Tensor& count) override;
   void dropout_mask(std::uint64_t seed, std::uint64_t stream, std::uint64_t offset, double p,
                     Tensor& mask) override;
 

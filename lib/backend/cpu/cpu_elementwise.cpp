@@ -208,35 +208,35 @@ void CpuBackend::cast(const Tensor& src, Tensor& out) {
       });
     };
     switch (out.dtype()) {
-    case DType::Float32: return write(out.data<float>());
-    case DType::Float64: return write(out.data<double>());
-    case DType::Int64: return write(out.data<std::int64_t>());
-    case DType::BFloat16: return write(out.data<bfloat16>());
+    case DType::Float32: return write(out.device_data<float>());
+    case DType::Float64: return write(out.device_data<double>());
+    case DType::Int64: return write(out.device_data<std::int64_t>());
+    case DType::BFloat16: return write(out.device_data<bfloat16>());
     }
   };
   switch (src.dtype()) {
-  case DType::Float32: return convert(src.data<float>());
-  case DType::Float64: return convert(src.data<double>());
-  case DType::Int64: return convert(src.data<std::int64_t>());
-  case DType::BFloat16: return convert(src.data<bfloat16>());
+  case DType::Float32: return convert(src.device_data<float>());
+  case DType::Float64: return convert(src.device_data<double>());
+  case DType::Int64: return convert(src.device_data<std::int64_t>());
+  case DType::BFloat16: return convert(src.device_data<bfloat16>());
   }
 }
 
 void CpuBackend::fill(Tensor& out, double value) {
   const std::int64_t n = out.numel();
   if (out.dtype() == DType::BFloat16) {
-    bfloat16* p = out.data<bfloat16>();
+    bfloat16* p = out.device_data<bfloat16>();
     for (std::int64_t i = 0; i < n; ++i) p[i] = float_to_bf16(static_cast<float>(value));
     return;
   }
   if (out.dtype() == DType::Int64) {
-    auto* p = out.data<std::int64_t>();
+    auto* p = out.device_data<std::int64_t>();
     for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<std::int64_t>(value);
     return;
   }
   dispatch_floating(out.dtype(), "fill", [&](auto t) {
     using T = decltype(t);
-    T* p = out.data<T>();
+    T* p = out.device_data<T>();
     const T v = static_cast<T>(value);
     parallel_for_each(n, 0.5, [&](std::int64_t i) { p[i] = v; });
   });
@@ -245,9 +245,9 @@ void CpuBackend::fill(Tensor& out, double value) {
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   dispatch_floating(out.dtype(), "binary", [&](auto t) {
     using T = decltype(t);
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    T* po = out.data<T>();
+    const T* pa = a.device_data<T>();
+    const T* pb = b.device_data<T>();
+    T* po = out.device_data<T>();
     const std::int64_t n = out.numel();
     if (a.shape() == out.shape() && b.shape() == out.shape()) { // same shape: one flat loop
       parallel_for_each(n, 1, [&](std::int64_t i) { po[i] = apply_binary(op, pa[i], pb[i]); });
@@ -270,8 +270,8 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
 void CpuBackend::unary(UnaryOp op, const Tensor& a, double scalar, Tensor& out) {
   dispatch_floating(out.dtype(), "unary", [&](auto t) {
     using T = decltype(t);
-    const T* pa = a.data<T>();
-    T* po = out.data<T>();
+    const T* pa = a.device_data<T>();
+    T* po = out.device_data<T>();
     const T s = static_cast<T>(scalar);
     const double cost = op == UnaryOp::Gelu || op == UnaryOp::Tanh || op == UnaryOp::Exp ||
                                 op == UnaryOp::Log || op == UnaryOp::PowScalar
@@ -295,9 +295,9 @@ void CpuBackend::activation_grad(ActivationGrad op, const Tensor& x, const Tenso
                                  Tensor& grad_in) {
   dispatch_floating(x.dtype(), "activation_grad", [&](auto t) {
     using T = decltype(t);
-    const T* px = x.data<T>();
-    const T* pg = grad_out.data<T>();
-    T* pi = grad_in.data<T>();
+    const T* px = x.device_data<T>();
+    const T* pg = grad_out.device_data<T>();
+    T* pi = grad_in.device_data<T>();
     if constexpr (std::is_same_v<T, float>) {
       if (op == ActivationGrad::Gelu) {
         cpu::parallel_for(x.numel(), cpu::grain_for(6), [&](std::int64_t begin, std::int64_t end) {
@@ -324,8 +324,8 @@ void CpuBackend::activation_grad(ActivationGrad op, const Tensor& x, const Tenso
 void CpuBackend::accumulate(Tensor& out, const Tensor& a) {
   dispatch_floating(out.dtype(), "accumulate", [&](auto t) {
     using T = decltype(t);
-    T* po = out.data<T>();
-    const T* pa = a.data<T>();
+    T* po = out.device_data<T>();
+    const T* pa = a.device_data<T>();
     parallel_for_each(out.numel(), 1, [&](std::int64_t i) { po[i] += pa[i]; });
   });
 }
@@ -333,8 +333,8 @@ void CpuBackend::accumulate(Tensor& out, const Tensor& a) {
 void CpuBackend::sum_to(const Tensor& a, Tensor& out) {
   dispatch_floating(a.dtype(), "sum_to", [&](auto t) {
     using T = decltype(t);
-    const T* pa = a.data<T>();
-    T* po = out.data<T>();
+    const T* pa = a.device_data<T>();
+    T* po = out.device_data<T>();
     std::vector<double> acc(static_cast<std::size_t>(out.numel()), 0.0);
     if (is_trailing_block(out.shape(), a.shape())) { // reduce the leading axes: row sums
       const std::int64_t m = out.numel(), rows = a.numel() / std::max<std::int64_t>(m, 1);
@@ -363,8 +363,8 @@ void CpuBackend::permute(const Tensor& a, const std::vector<int>& perm, Tensor& 
   for (std::size_t i = 0; i < perm.size(); ++i)
     strides[i] = in_strides[static_cast<std::size_t>(perm[i])];
   const std::size_t elem = dtype_size(a.dtype());
-  const char* pa = static_cast<const char*>(a.raw_data());
-  char* po = static_cast<char*>(out.raw_data());
+  const char* pa = static_cast<const char*>(a.device_ptr());
+  char* po = static_cast<char*>(out.device_ptr());
   // Blocks of the output on the intra-op threads (a permute only moves bytes).
   cpu::parallel_for(out.numel(), cpu::grain_for(2), [&](std::int64_t begin, std::int64_t end) {
     for_each_index(out.shape(), strides, none, begin, end,
@@ -383,8 +383,8 @@ void CpuBackend::copy_block(Tensor& big, Tensor& small, int axis, std::int64_t o
   const std::size_t elem = dtype_size(big.dtype());
   const auto big_row = static_cast<std::size_t>(big.size(axis) * inner) * elem;
   const auto small_row = static_cast<std::size_t>(small.size(axis) * inner) * elem;
-  char* pb = static_cast<char*>(big.raw_data()) + static_cast<std::size_t>(offset * inner) * elem;
-  char* ps = static_cast<char*>(small.raw_data());
+  char* pb = static_cast<char*>(big.device_ptr()) + static_cast<std::size_t>(offset * inner) * elem;
+  char* ps = static_cast<char*>(small.device_ptr());
   for (std::int64_t o = 0; o < outer; ++o) {
     char* b = pb + static_cast<std::size_t>(o) * big_row;
     char* s = ps + static_cast<std::size_t>(o) * small_row;

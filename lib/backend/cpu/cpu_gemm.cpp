@@ -89,7 +89,7 @@ template <typename T> void gemm_typed(const GemmArgs& g, const T* pa, const T* p
 void CpuBackend::gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) {
   cpu::dispatch_floating(c.dtype(), "gemm", [&](auto t) {
     using T = decltype(t);
-    gemm_typed<T>(args, a.data<T>(), b.data<T>(), c.data<T>());
+    gemm_typed<T>(args, a.device_data<T>(), b.device_data<T>(), c.device_data<T>());
   });
 }
 

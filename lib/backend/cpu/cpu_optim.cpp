@@ -56,8 +56,8 @@ void CpuBackend::adamw_update(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq
                               const Tensor& grad, const AdamWStep& step) {
   cpu::dispatch_floating(param.dtype(), "adamw_update", [&](auto t) {
     using T = decltype(t);
-    adamw_typed(param.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), grad.data<T>(),
-                param.numel(), step);
+    adamw_typed(param.device_data<T>(), exp_avg.device_data<T>(), exp_avg_sq.device_data<T>(),
+                grad.device_data<T>(), param.numel(), step);
   });
 }
 
@@ -69,7 +69,7 @@ void CpuBackend::sum_of_squares(const Tensor& a, Tensor& acc) {
   std::vector<double> partial(static_cast<std::size_t>((n + kChunk - 1) / kChunk), 0.0);
   cpu::dispatch_floating(a.dtype(), "sum_of_squares", [&](auto t) {
     using T = decltype(t);
-    const T* p = a.data<T>();
+    const T* p = a.device_data<T>();
     cpu::parallel_for(n, kChunk, [&](std::int64_t begin, std::int64_t end) {
       double sum = 0;
       for (std::int64_t i = begin; i < end; ++i)
@@ -79,7 +79,7 @@ void CpuBackend::sum_of_squares(const Tensor& a, Tensor& acc) {
   });
   double sum = 0;
   for (double s : partial) sum += s;
-  *acc.data<double>() += sum;
+  *acc.device_data<double>() += sum;
 }
 
 } // namespace tinyscale

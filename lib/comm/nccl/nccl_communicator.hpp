@@ -37,7 +37,7 @@ public:
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
   const char* backend() const override { return "nccl"; }
-  Device::Kind buffer_memory() const override { return Device::Kind::CUDA; }
+  bool reads(Device::Kind memory) const override { return memory == Device::Kind::CUDA; }
   int world_rank(int group_rank) const override;
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
   void set_timeout(std::chrono::milliseconds timeout) override { options_.timeout = timeout; }

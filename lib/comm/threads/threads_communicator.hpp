@@ -63,6 +63,11 @@ public:
   int size() const override { return static_cast<int>(world_ranks_.size()); }
   const std::string& name() const override { return name_; }
   const char* backend() const override { return "threads"; }
+  /// Host memory, and the emulated device's: its ranks share one memory, so a transfer is one
+  /// copy from buffer to buffer, the path device buffers take on one GPU.
+  bool reads(Device::Kind memory) const override {
+    return memory == Device::Kind::CPU || memory == Device::Kind::Emu;
+  }
   int world_rank(int group_rank) const override;
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }

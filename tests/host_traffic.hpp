@@ -1,0 +1,53 @@
+// The documented host traffic of one training step on a device (chapter 11), shared by the unit
+// and parallel tests. After the warm-up step, a step on a device moves only:
+//   to the device: each micro-batch's inputs and targets (two int64 [rows, T] tensors);
+//   to the host:   each micro-batch's loss and lm_loss (one element each), the gradient norm
+//                  (one float64), and under --dp each micro-batch's weighted loss (the share
+//                  dp::accumulate_gradients returns) and each bucket's "had a gradient" counts
+//                  (one element per parameter of the bucket).
+// Anything else (a parameter, a gradient, an activation read on the host) is a copy a GPU would
+// stall on, and the check names its call site.
+#pragma once
+
+#include "backend/host_traffic.hpp"
+#include "core/dtype.hpp"
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+namespace tinyscale::test {
+
+/// What one rank's step may move: its micro-batches and rows, and (under --dp) its buckets.
+struct StepTrafficShape {
+  std::int64_t micro_batches = 1;
+  std::int64_t rows = 1; ///< rows of one micro-batch on this rank
+  std::int64_t seq_len = 1;
+  std::size_t element_bytes = 4;    ///< the model's dtype: losses and counts are in it
+  std::int64_t buckets = 0;         ///< data-parallel buckets (0 without --dp)
+  std::int64_t bucketed_params = 0; ///< parameters over all buckets
+};
+
+/// "" when `traffic` is exactly the documented list for `shape`, else what differs, with every
+/// call site that moved bytes.
+inline std::string step_traffic_problem(const HostTraffic& traffic, const StepTrafficShape& s) {
+  const std::int64_t e = static_cast<std::int64_t>(s.element_bytes);
+  const std::int64_t want_up = 2 * s.micro_batches,
+                     want_up_bytes = want_up * s.rows * s.seq_len * 8;
+  const std::int64_t per_micro_batch = s.buckets > 0 ? 3 : 2; // loss, lm_loss (, dp's share)
+  const std::int64_t want_down = per_micro_batch * s.micro_batches + 1 + s.buckets;
+  const std::int64_t want_down_bytes =
+      per_micro_batch * s.micro_batches * e + 8 + s.bucketed_params * e;
+  if (traffic.copies_to_device() == want_up && traffic.bytes_to_device() == want_up_bytes &&
+      traffic.copies_to_host() == want_down && traffic.bytes_to_host() == want_down_bytes)
+    return "";
+  std::ostringstream out;
+  out << "expected " << want_up << " copies (" << want_up_bytes << " bytes) to the device and "
+      << want_down << " (" << want_down_bytes << " bytes) to the host, found "
+      << traffic.copies_to_device() << " (" << traffic.bytes_to_device() << ") and "
+      << traffic.copies_to_host() << " (" << traffic.bytes_to_host() << "):\n"
+      << traffic.table();
+  return out.str();
+}
+
+} // namespace tinyscale::test

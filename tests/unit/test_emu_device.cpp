@@ -1,0 +1,120 @@
+// The emulated device (chapter 11): its kernels are the CPU's, bit for bit; host code that touches
+// its memory fails with the tensor's name and the line that tried; every copy across the wall is
+// counted per call site; one rank trains on it what it trains on the CPU, and a step after warm-up
+// moves only the documented batch and scalars (host_traffic.hpp), which a host read of a
+// parameter breaks (the negative control).
+#include "dp_equivalence.hpp"
+#include "host_traffic.hpp"
+
+#include "backend/host_traffic.hpp"
+#include "tinyscale.hpp"
+#include "train/trainer.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tinyscale;
+using namespace tinyscale::test;
+using Catch::Matchers::Contains;
+
+namespace {
+io::RunConfig small_dense_run(const std::string& device) {
+  io::RunConfig c = dp_run_config(1, 2, 2, false);
+  c.train.device = device;
+  return c;
+}
+} // namespace
+
+TEST_CASE("Tensors on the emulated device compute what CPU tensors compute, bit for bit", "[emu]") {
+  const Tensor a = Tensor::randn({3, 5, 8}, 1), b = Tensor::randn({8, 6}, 2);
+  const Tensor g = Tensor::randn({6}, 3), beta = Tensor::randn({6}, 4);
+  auto run = [&](Device d) {
+    const Tensor y = layer_norm(gelu(matmul(a.to(d), b.to(d))), g.to(d), beta.to(d));
+    return softmax(y).to_vector();
+  };
+  REQUIRE(run(Device::emu()) == run(Device::cpu()));
+  REQUIRE(Tensor::zeros({2}, DType::Float32, Device::emu()).device().str() == "emu:0");
+}
+
+TEST_CASE("Host code that reads or writes an emu tensor fails, naming the tensor and the line",
+          "[emu]") {
+  Tensor w = Tensor::randn({4, 4}, 1, 0, DType::Float32, 0.0, 1.0, 0, Device::emu());
+  w.set_name("h.0.mlp.c_fc.weight");
+  REQUIRE_THROWS_WITH(w.data<float>(), Contains("'h.0.mlp.c_fc.weight'") && Contains("emu:0") &&
+                                           Contains("tests/unit/test_emu_device.cpp:"));
+  REQUIRE_THROWS_WITH(w.raw_data(), Contains("host read or write"));
+  // The sanctioned ways across: a counted copy, or the device's own kernels.
+  REQUIRE(w.to(Device::cpu()).data<float>() != nullptr);
+  REQUIRE((w * 2.0).device() == Device::emu());
+}
+
+TEST_CASE("Every copy between host and device is counted, per call site, and host-only work is not",
+          "[emu]") {
+  HostTraffic traffic;
+  const Tensor x = Tensor::randn({16, 4}, 1, 0, DType::Float32, 0.0, 1.0, 0, Device::emu());
+  {
+    CountHostTraffic scope(traffic);
+    const Tensor host = x.to(Device::cpu()); // 256 bytes down
+    const double s = sum(x).item();          // 4 bytes down
+    const Tensor up = Tensor::from_vector({1, 2, 3}, {3}, DType::Float64, Device::emu()); // 24 up
+    const Tensor on_host = host.clone() * 3.0; // no transfer
+    REQUIRE(std::isfinite(s + on_host.to_vector()[0] + up.numel()));
+  }
+  (void)x.to(Device::cpu()); // outside the scope: not counted
+  CHECK(traffic.copies_to_host() == 2);
+  CHECK(traffic.bytes_to_host() == 256 + 4);
+  CHECK(traffic.copies_to_device() == 1);
+  CHECK(traffic.bytes_to_device() == 24);
+  for (const HostTransfers& site : traffic.sites())
+    CHECK_THAT(site.where, Contains("tests/unit/test_emu_device.cpp:"));
+  traffic.reset();
+  CHECK(traffic.sites().empty());
+}
+
+TEST_CASE("One rank on the emulated device trains what it trains on the CPU (fp32, rel 1e-5)",
+          "[emu][train]") {
+  const RunRecord cpu = reference_run(small_dense_run("cpu"), 1);
+  const RunRecord emu = reference_run(small_dense_run("emu"), 1);
+  INFO("worst relative error " << worst_error(cpu, emu));
+  REQUIRE(compare_runs(cpu, emu, 1e-5) == "");
+}
+
+TEST_CASE("After warm-up a one-rank step on emu moves only the batch and the documented scalars, "
+          "and a parameter read on the host breaks that",
+          "[emu][train]") {
+  const io::RunConfig config = small_dense_run("emu");
+  train::Trainer trainer(config);
+  trainer.train_step(); // warm-up
+  const StepTrafficShape shape{config.train.micro_batches,
+                               config.train.batch_size / config.train.micro_batches,
+                               config.train.seq_len,
+                               4,
+                               0,
+                               0};
+  HostTraffic traffic;
+  {
+    CountHostTraffic scope(traffic);
+    trainer.train_step();
+  }
+  REQUIRE(step_traffic_problem(traffic, shape) == "");
+
+  SECTION("negative control: the same step plus one parameter copied to the host") {
+    traffic.reset();
+    {
+      CountHostTraffic scope(traffic);
+      trainer.train_step();
+      (void)trainer.model().parameters().front().tensor.to_vector();
+    }
+    const std::string problem = step_traffic_problem(traffic, shape);
+    CHECK_THAT(problem, Contains("tests/unit/test_emu_device.cpp:"));
+  }
+  SECTION("negative control: a parameter read through data<T>() fails at once") {
+    const Tensor& p = trainer.model().parameters().front().tensor;
+    REQUIRE_THROWS_WITH(p.data<float>(), Contains(trainer.model().parameters().front().name));
+  }
+}
+
+TEST_CASE("A mixture-of-experts model on a device is refused with the reason", "[emu][train]") {
+  io::RunConfig config = dp_run_config(1, 2, 1, true);
+  config.train.device = "emu";
+  REQUIRE_THROWS_WITH(train::Trainer(config), Contains("routes tokens") && Contains("model.moe"));
+}
