@@ -2,9 +2,10 @@
 // and parallel tests. After the warm-up step, a step on a device moves only:
 //   to the device: each micro-batch's inputs and targets (two int64 [rows, T] tensors);
 //   to the host:   each micro-batch's loss and lm_loss (one element each), the gradient norm
-//                  (one float64), and under --dp each micro-batch's weighted loss (the share
-//                  dp::accumulate_gradients returns) and each bucket's "had a gradient" counts
-//                  (one element per parameter of the bucket).
+//                  (one float64), and in a data-parallel step (--dp, --zero) each micro-batch's
+//                  weighted loss (the share dp::accumulate_gradients returns), and under --dp
+//                  each bucket's "had a gradient" counts (one element per parameter of the
+//                  bucket).
 // Anything else (a parameter, a gradient, an activation read on the host) is a copy a GPU would
 // stall on, and the check names its call site.
 #pragma once
@@ -24,6 +25,7 @@ struct StepTrafficShape {
   std::int64_t rows = 1; ///< rows of one micro-batch on this rank
   std::int64_t seq_len = 1;
   std::size_t element_bytes = 4;    ///< the model's dtype: losses and counts are in it
+  bool data_parallel = false;       ///< a dp::data_parallel_step (--dp, --zero)
   std::int64_t buckets = 0;         ///< data-parallel buckets (0 without --dp)
   std::int64_t bucketed_params = 0; ///< parameters over all buckets
 };
@@ -34,7 +36,7 @@ inline std::string step_traffic_problem(const HostTraffic& traffic, const StepTr
   const std::int64_t e = static_cast<std::int64_t>(s.element_bytes);
   const std::int64_t want_up = 2 * s.micro_batches,
                      want_up_bytes = want_up * s.rows * s.seq_len * 8;
-  const std::int64_t per_micro_batch = s.buckets > 0 ? 3 : 2; // loss, lm_loss (, dp's share)
+  const std::int64_t per_micro_batch = s.data_parallel ? 3 : 2; // loss, lm_loss (, the share)
   const std::int64_t want_down = per_micro_batch * s.micro_batches + 1 + s.buckets;
   const std::int64_t want_down_bytes =
       per_micro_batch * s.micro_batches * e + 8 + s.bucketed_params * e;

@@ -15,7 +15,7 @@ comm::WorkHandle reduce_scatter_flat(comm::Communicator& comm, Tensor& flat,
            " = ", layout.shard * comm.size(), " elements, found ", flat.numel());
   comm::WorkHandle work;
   // EXERCISE 7.2 begin: the in-place reduce-scatter of a unit's flat gradients
-  auto* base = static_cast<char*>(flat.raw_data());
+  auto* base = static_cast<char*>(flat.device_ptr());
   const auto offset =
       comm.rank() * layout.shard * static_cast<std::int64_t>(dtype_size(flat.dtype()));
   work = comm.reduce_scatter_async(base, base + offset, layout.shard, flat.dtype(),
@@ -37,10 +37,10 @@ comm::WorkHandle gather_flat(comm::Communicator& comm, const Tensor& shard, Stor
   Tensor buffer;
   {
     CountAllocations scope(counter);
-    buffer = Tensor::empty({layout.padded}, shard.dtype());
+    buffer = Tensor::empty({layout.padded}, shard.dtype(), shard.device());
   }
   storage.data = buffer.impl().storage->data;
-  work = comm.all_gather_async(shard.raw_data(), storage.data.get(), layout.shard, shard.dtype());
+  work = comm.all_gather_async(shard.device_ptr(), storage.data.get(), layout.shard, shard.dtype());
   // EXERCISE 7.3 end
   return work;
 }

@@ -11,9 +11,6 @@ void check_zero_layout(const io::RunConfig& config, int ranks, int stage) {
   TS_CHECK(stage >= 1 && stage <= 3, "ZeRO: expected stage 1, 2 or 3, found ", stage,
            "; stage 0 is plain data parallelism (chapter 04: leave --zero out)");
   train::check_batch_split(config, ranks, "ZeRO");
-  const auto& t = config.train;
-  TS_CHECK(t.device == "cpu", "ZeRO: expected train.device = \"cpu\", found \"", t.device,
-           "\"; this version shards in host memory (GPU ZeRO is future work)");
 }
 
 namespace {

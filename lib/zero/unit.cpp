@@ -3,8 +3,6 @@
 
 #include "core/error.hpp"
 
-#include <cstring>
-
 namespace tinyscale::zero {
 
 std::vector<UnitPlan> plan_units(const nn::ParameterList& params, int n_layer) {
@@ -51,8 +49,7 @@ Tensor storage_view(const std::shared_ptr<Storage>& storage, std::int64_t offset
 
 void point_into(const Tensor& param, const std::shared_ptr<Storage>& storage, std::int64_t offset) {
   Tensor view = storage_view(storage, offset, param.shape(), param.dtype());
-  std::memcpy(view.raw_data(), param.raw_data(),
-              static_cast<std::size_t>(param.numel()) * dtype_size(param.dtype()));
+  view.copy_(param); // the device's own copy: the storage lives where the parameter does
   TensorImpl& impl = param.impl();
   impl.storage = storage;
   impl.offset = offset;

@@ -91,3 +91,19 @@ TEST_CASE("mpi: a ZeRO-3 checkpoint written at dp 4 resumes at ZeRO-1 on dp 2 wi
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(root);
 }
+
+TEST_CASE("mpi: ZeRO on the emulated device is refused under Open MPI, which reads host memory "
+          "only, naming the backend and the fix",
+          "[zero][emu]") {
+  auto world = mpi_world();
+  io::RunConfig config = zero_run_config(world->size(), 1, 1, false);
+  config.train.device = "emu";
+  try {
+    zero::ZeroTrainer trainer(config, *world, {1, true});
+    FAIL("expected ZeRO to refuse emu parameters on the mpi backend");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("the mpi backend") != std::string::npos);
+    CHECK(what.find("threads backend") != std::string::npos);
+  }
+}

@@ -161,6 +161,7 @@ TEST_CASE("After warm-up a data-parallel step on emu moves only the batch, the d
                                  config.train.batch_size / (n * config.train.micro_batches),
                                  config.train.seq_len,
                                  4,
+                                 true,
                                  static_cast<std::int64_t>(sync.buckets().size()),
                                  bucketed};
     HostTraffic traffic;

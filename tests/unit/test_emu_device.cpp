@@ -88,6 +88,7 @@ TEST_CASE("After warm-up a one-rank step on emu moves only the batch and the doc
                                config.train.batch_size / config.train.micro_batches,
                                config.train.seq_len,
                                4,
+                               false,
                                0,
                                0};
   HostTraffic traffic;

@@ -117,10 +117,10 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const
         const T* dy = grad_y.device_data<T>() + r * c;
         T* dx = grad_x.device_data<T>() + r * c;
         // One row of c values: in = x, dy = dL/dy; fill dx = dL/dx and add this row's share to
-        // dgamma and dbeta (summed over rows, in double). rstd.device_data<T>()[r] is the saved
-        // 1/std. EXERCISE 1.3 begin: LayerNorm backward The row mean again in double, not the saved
-        // `mean`: that one is rounded to T, and x - mean cancels badly for rows far from zero (a
-        // GPU kernel may prefer the saved one).
+        // dgamma and dbeta (summed over rows, in double). rstd's row r is the saved 1/std.
+        // EXERCISE 1.3 begin: LayerNorm backward
+        // The row mean again in double, not the saved `mean`: that one is rounded to T, and
+        // x - mean cancels badly for rows far from zero (a GPU kernel may prefer the saved one).
         double m = 0.0;
         for (std::int64_t j = 0; j < c; ++j) m += in[j];
         m /= static_cast<double>(c);

@@ -24,10 +24,10 @@
 namespace tinyscale::zero {
 
 namespace {
-// Allocates a zeroed flat buffer whose bytes count into `counter`.
-Tensor counted_zeros(MemoryCounter& counter, std::int64_t numel, DType dtype) {
+// Allocates a zeroed flat buffer on `device` whose bytes count into `counter`.
+Tensor counted_zeros(MemoryCounter& counter, std::int64_t numel, DType dtype, Device device) {
   CountAllocations scope(counter);
-  return Tensor::zeros({numel}, dtype);
+  return Tensor::zeros({numel}, dtype, device);
 }
 } // namespace
 
@@ -55,6 +55,7 @@ struct ShardedDataParallel::State : std::enable_shared_from_this<State> {
   optim::OptimConfig optim;
   ZeroOptions options;
   DType dtype = DType::Float32;
+  Device device;
   int rank = 0, n_layer = 0;
   std::vector<Unit> units;          // backward order: block L-1, ..., block 0, the rest
   std::vector<std::size_t> unit_of; // parameter -> unit
@@ -93,10 +94,18 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
   TS_CHECK(!options.reduce_after_backward || options.stage == 1, "ZeRO: reduce_after_backward ",
            "is stage 1's (the gradients stay whole until the step); found stage ", options.stage);
   s.dtype = params.front().tensor.dtype();
+  s.device = params.front().tensor.device();
+  // The flat buffers live with the parameters and go to the communicator as they are: it must
+  // read that memory (threads reads emu's, nccl the GPU's; Open MPI only the host's).
+  TS_CHECK(group.reads(s.device.kind), "ZeRO: expected a communicator that reads ", s.device.str(),
+           " memory for parameters there, found the ", group.backend(), " backend, which reads ",
+           group.reads(Device::Kind::CPU) ? "host" : "device", " memory; train ZeRO on ",
+           s.device.str(), " with ",
+           s.device.kind == Device::Kind::Emu ? "the threads backend" : "--backend nccl",
+           ", or on the CPU");
   for (const auto& p : params) {
-    TS_CHECK(p.tensor.device() == Device::cpu(), "ZeRO: expected parameters on the CPU, found '",
-             p.name, "' on ", p.tensor.device().str(),
-             "; this version keeps its flat buffers in host memory");
+    TS_CHECK(p.tensor.device() == s.device, "ZeRO: expected every parameter on one device (",
+             s.device.str(), "), found '", p.name, "' on ", p.tensor.device().str());
     TS_CHECK(p.tensor.dtype() == s.dtype && is_floating(s.dtype), "ZeRO: expected every ",
              "parameter in one floating dtype (", dtype_name(s.dtype), "), found '", p.name,
              "' in ", dtype_name(p.tensor.dtype()));
@@ -143,22 +152,22 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
     u.segments = shard_segments(numels, n, s.rank);
     // The flat parameters: every parameter becomes a view into them, and rank 0's values are
     // everyone's (the same seed gives the same values; the broadcast makes it a fact).
-    Tensor flat = counted_zeros(s.param_bytes, u.layout.padded, s.dtype);
+    Tensor flat = counted_zeros(s.param_bytes, u.layout.padded, s.dtype, s.device);
     u.storage = flat.impl().storage;
     for (std::size_t j = 0; j < u.params.size(); ++j)
       point_into(s.params[u.params[j]].tensor, u.storage, u.offsets[j]);
     comm::broadcast(group, flat, 0);
     if (options.stage == 3) {
-      u.param_shard = counted_zeros(s.param_bytes, u.layout.shard, s.dtype);
+      u.param_shard = counted_zeros(s.param_bytes, u.layout.shard, s.dtype, s.device);
       u.param_shard.copy_(storage_view(u.storage, s.own_offset(u), {u.layout.shard}, s.dtype));
     }
     if (options.stage == 1) {
       if (!options.reduce_after_backward) (void)s.flat_grad(u);
     } else {
-      u.grad_shard = counted_zeros(s.grad_bytes, u.layout.shard, s.dtype);
+      u.grad_shard = counted_zeros(s.grad_bytes, u.layout.shard, s.dtype, s.device);
     }
-    u.exp_avg = counted_zeros(s.optim_bytes, u.layout.shard, s.dtype);
-    u.exp_avg_sq = counted_zeros(s.optim_bytes, u.layout.shard, s.dtype);
+    u.exp_avg = counted_zeros(s.optim_bytes, u.layout.shard, s.dtype, s.device);
+    u.exp_avg_sq = counted_zeros(s.optim_bytes, u.layout.shard, s.dtype, s.device);
     buckets.push_back(
         dp::Bucket{u.params, offset * static_cast<std::int64_t>(dtype_size(s.dtype))});
     s.units.push_back(std::move(u));
@@ -207,7 +216,7 @@ void ShardedDataParallel::State::on_ready(std::size_t param) {
 // shard is a view of it.
 Tensor& ShardedDataParallel::State::flat_grad(Unit& u) {
   if (!u.grad_flat.defined()) {
-    u.grad_flat = counted_zeros(flat_grad_counter(), u.layout.padded, dtype);
+    u.grad_flat = counted_zeros(flat_grad_counter(), u.layout.padded, dtype, device);
     if (options.stage == 1)
       u.grad_shard =
           storage_view(u.grad_flat.impl().storage, own_offset(u), {u.layout.shard}, dtype);
@@ -376,7 +385,7 @@ void ShardedDataParallel::reduce_gradients() {
 
 double ShardedDataParallel::squares(const std::function<bool(std::size_t)>& counted) const {
   const State& s = *state_;
-  Tensor sum = Tensor::zeros({1}, DType::Float64);
+  Tensor sum = Tensor::zeros({1}, DType::Float64, s.device);
   for (const Unit& u : s.units) {
     if (!u.grad_shard.defined()) continue;
     const bool all = std::all_of(u.params.begin(), u.params.end(), counted);
@@ -397,7 +406,7 @@ double ShardedDataParallel::squares(const std::function<bool(std::size_t)>& coun
 
 double ShardedDataParallel::grad_norm() {
   State& s = *state_;
-  Tensor sum = Tensor::zeros({1}, DType::Float64);
+  Tensor sum = Tensor::zeros({1}, DType::Float64, s.device);
   for (const Unit& u : s.units) {
     TS_CHECK(u.grad_shard.defined(), "ZeRO: grad_norm() expected the reduced gradient of unit ",
              u.name, ", found none; with reduce_after_backward call reduce_gradients() first");
@@ -411,7 +420,7 @@ void ShardedDataParallel::step(double lr, double clip_factor) {
   State& s = *state_;
   // A parameter that had a gradient on no rank is skipped, as optim::AdamW skips grad None.
   Tensor had = Tensor::from_vector(s.had_grad, {static_cast<std::int64_t>(s.had_grad.size())},
-                                   DType::Float64);
+                                   DType::Float64, comm::statistics_device(*s.group, s.device));
   comm::all_reduce(*s.group, had);
   const std::vector<double> any = had.to_vector();
   for (std::size_t i = 0; i < any.size(); ++i)

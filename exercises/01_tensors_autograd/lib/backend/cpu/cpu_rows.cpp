@@ -107,8 +107,8 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& gamma, const
         const T* dy = grad_y.device_data<T>() + r * c;
         T* dx = grad_x.device_data<T>() + r * c;
         // One row of c values: in = x, dy = dL/dy; fill dx = dL/dx and add this row's share to
-        // dgamma and dbeta (summed over rows, in double). rstd.device_data<T>()[r] is the saved
-        // 1/std. EXERCISE 1.3 begin: LayerNorm backward
+        // dgamma and dbeta (summed over rows, in double). rstd's row r is the saved 1/std.
+        // EXERCISE 1.3 begin: LayerNorm backward
         ::tinyscale::exercise_not_done("1.3", "ex01", __FILE__);
         // EXERCISE 1.3 end
       }
