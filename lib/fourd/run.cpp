@@ -32,23 +32,21 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
            "train: --schedule, --chunks and --pp-blocks cut the model into pipeline stages; they "
            "need --pp 2 or more, found --pp ",
            plan.pp);
-  // What trains on a device today (proved on emu, the emulated device): one rank, --dp, --tp, and
-  // --zero where the communicator reads the device's memory (threads reads emu's; the GPU's
-  // needs nccl, which train cannot select yet). The others still keep pipeline buffers or expert
-  // buffers in host memory, so they are refused here, from the config, before a GPU or a rank is
-  // touched.
+  // What trains on a device today (proved on emu, the emulated device): every dense layout, with
+  // --zero only where the communicator reads the device's memory (threads reads emu's; a GPU's
+  // needs nccl, which train cannot select yet). Expert parallelism needs MoE layers, which route
+  // on the host. Both are refused here, from the config, before a GPU or a rank is touched.
   const std::string& device = config.train.device;
-  const char* host_only = plan.composed()                    ? "a composed run (chapter 10)"
-                          : plan.pp > 1                      ? "--pp"
-                          : plan.ep > 1                      ? "--ep"
+  const char* host_only = plan.ep > 1                        ? "--ep"
                           : plan.zero > 0 && device != "emu" ? "--zero"
                                                              : nullptr;
   TS_CHECK(device == "cpu" || host_only == nullptr, "train: train.device = \"", device, "\" with ",
            host_only,
-           ": this version trains on a device with one rank, --dp or --tp (and --zero on emu) "
-           "only; pipeline and expert parallelism keep buffers in host memory, and ZeRO hands its "
-           "flat buffers to a communicator that must read the GPU's memory (nccl). Set "
-           "train.device = \"cpu\", or leave out ",
+           ": this version trains dense models on a device with --dp, --tp, --pp and their "
+           "compositions; expert parallelism routes tokens on the host, and ZeRO hands its flat "
+           "buffers to a communicator that must read the device's memory (threads reads emu's; "
+           "a GPU's needs nccl, which train cannot select yet). Set train.device = \"cpu\", or "
+           "leave out ",
            host_only);
   if (plan.composed()) {
     TS_CHECK(plan.zero <= 1, "train: --zero ", plan.zero, " in a composed run (--tp, --pp, --ep, ",

@@ -44,8 +44,6 @@ void check_pipeline_layout(const io::RunConfig& config, int stages, const Pipeli
   check_schedule_shape(options.schedule, stages, static_cast<int>(t.micro_batches), options.chunks);
   (void)make_partition(config, stages, options);
   train::check_batch_split(config, data_parallel, "pipeline", "pipeline");
-  TS_CHECK(t.device == "cpu", "pipeline: train.device = \"", t.device,
-           "\"; this version passes activations in host memory: run with --pp on the CPU");
   TS_CHECK(stages == 1 || options.zero <= 1, "pipeline: expected ZeRO stage 0 or 1 with ",
            "pipeline stages, found ", options.zero, "; stages 2 and 3 shard the gradients and ",
            "parameters that every micro-batch's backward needs whole (DeepSpeed refuses them ",
@@ -67,6 +65,8 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
                               options_.chunks)),
       partition_(make_partition(trainer_.config(), group.size(), options_)), rank_(group.rank()),
       trace_(trace) {
+  // A stage model of its own (a composed run's) lives where the trainer's does.
+  nn::to_device(model_->parameters(), trainer_.device());
   const std::int64_t d = data_parallel_ != nullptr ? data_parallel_->rank() : 0;
   const std::int64_t D = data_parallel_ != nullptr ? data_parallel_->size() : 1;
   const train::TrainConfig& t = trainer_.config().train;
@@ -83,8 +83,9 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
       costs[1] = layer_costs_.head;
       std::copy(layer_costs_.blocks.begin(), layer_costs_.blocks.end(), costs.begin() + 2);
     }
-    Tensor shared = Tensor::from_vector(costs, Shape({static_cast<std::int64_t>(costs.size())}),
-                                        DType::Float64);
+    Tensor shared =
+        Tensor::from_vector(costs, Shape({static_cast<std::int64_t>(costs.size())}), DType::Float64,
+                            comm::statistics_device(*group_, trainer_.device()));
     comm::broadcast(*group_, shared, 0);
     if (data_parallel_ != nullptr) comm::broadcast(*data_parallel_, shared, 0);
     costs = shared.to_vector();
@@ -149,8 +150,9 @@ std::int64_t PipelineTrainer::optimizer_state_bytes() const {
 LayerCosts measure_layer_costs(train::Trainer& trainer, std::int64_t rows) {
   const train::TrainConfig& t = trainer.config().train;
   const nn::Model& model = trainer.model();
-  const data::Batch b =
+  const data::Batch host =
       trainer.dataset().batch(data::Split::Train, 0, t.batch_size, t.seq_len, 0, rows);
+  const data::Batch b{host.inputs.to(trainer.device()), host.targets.to(trainer.device())};
   const nn::ForwardContext ctx{true, t.seed, 0, 0, nullptr};
   // forward and backward of `piece`: one warm-up, then the median of three
   const auto seconds = [](const std::function<void()>& piece) {
@@ -227,7 +229,8 @@ void PipelineTrainer::forward(const Action& a, MicroBatchState& st, train::StepR
   if (v == 0 || v == last)
     batch = trainer_.dataset().batch(data::Split::Train, trainer_.step(), t.batch_size, t.seq_len,
                                      row_begin, rows_);
-  Tensor x = v == 0 ? model.embed(batch.inputs, ctx) : st.input;
+  const Device device = trainer_.device();
+  Tensor x = v == 0 ? model.embed(batch.inputs.to(device), ctx) : st.input;
   TS_CHECK(x.defined(), "pipeline: rank ", rank_, " ran ", to_string(a),
            " before its input arrived (the schedule was validated: this is a bug)");
   Tensor aux, z;
@@ -246,7 +249,7 @@ void PipelineTrainer::forward(const Action& a, MicroBatchState& st, train::StepR
   }
   if (v == last) {
     // the single-rank loss, term for term: lm + aux + z, divided by m like Trainer::train_step
-    const Tensor lm = model.loss(x, batch.targets);
+    const Tensor lm = model.loss(x, batch.targets.to(device));
     r.lm_loss += lm.item() / m;
     const Tensor loss = aux.defined() ? lm + aux + z : lm;
     st.loss = loss / m;
@@ -310,12 +313,12 @@ void PipelineTrainer::run_action(const Action& a, std::vector<MicroBatchState>& 
     st.input = st.input_grad = Tensor(); // the send holds its own reference until it completes
     break;
   case ActionKind::RecvActivation:
-    st.input = Tensor::empty(shape, compute_dtype);
+    st.input = Tensor::empty(shape, compute_dtype, trainer_.device());
     comm::recv(*group_, st.input, schedule_.rank_of(v - 1), tag(a, false));
     st.input.set_requires_grad(true);
     break;
   case ActionKind::RecvGradient:
-    st.grad_output = Tensor::empty(shape, compute_dtype);
+    st.grad_output = Tensor::empty(shape, compute_dtype, trainer_.device());
     comm::recv(*group_, st.grad_output, schedule_.rank_of(v + 1), tag(a, true));
     break;
   case ActionKind::OptimizerStep:
@@ -454,7 +457,8 @@ double PipelineTrainer::evaluate() {
   const int last = schedule_.virtual_stages() - 1;
   double total = 0;
   for (std::int64_t j = 0; j < t.eval_batches; ++j) {
-    const data::Batch b = trainer_.dataset().batch(data::Split::Val, j, t.batch_size, t.seq_len);
+    const data::Batch host = trainer_.dataset().batch(data::Split::Val, j, t.batch_size, t.seq_len);
+    const data::Batch b{host.inputs.to(trainer_.device()), host.targets.to(trainer_.device())};
     const nn::ForwardContext ctx{};
     Tensor x;
     for (int v = 0; v <= last; ++v) {
@@ -465,7 +469,7 @@ double PipelineTrainer::evaluate() {
       } else if (schedule_.rank_of(v - 1) != rank_) {
         x = Tensor::empty(
             Shape({t.batch_size, model_->positions(t.seq_len), trainer_.config().model.n_embd}),
-            trainer_.config().model.compute_dtype());
+            trainer_.config().model.compute_dtype(), trainer_.device());
         comm::recv(*group_, x, schedule_.rank_of(v - 1), eval_tag - 1);
       }
       for (int i = partition_.begin(v); i < partition_.end(v); ++i) x = model_->block(i, x, ctx).y;
@@ -475,7 +479,8 @@ double PipelineTrainer::evaluate() {
         comm::isend(*group_, x, schedule_.rank_of(v + 1), eval_tag)->wait();
     }
   }
-  Tensor sum = Tensor::from_vector({total}, Shape({1}), DType::Float64);
+  Tensor sum = Tensor::from_vector({total}, Shape({1}), DType::Float64,
+                                   comm::statistics_device(*group_, trainer_.device()));
   comm::all_reduce(*group_, sum); // only the last stage's rank has a loss
   return sum.item() / static_cast<double>(t.eval_batches);
 }

@@ -28,7 +28,7 @@ void PipelineTrainer::finish_step(train::StepResult& r,
     for (const nn::NamedParameter& p : params) {
       if (p.name.rfind("wte.", 0) != 0) continue;
       const Tensor mine = p.tensor.grad();
-      Tensor theirs = Tensor::empty(mine.shape(), mine.dtype());
+      Tensor theirs = Tensor::empty(mine.shape(), mine.dtype(), mine.device());
       comm::WorkHandle sent = comm::isend(*group_, mine, peer, tied_tag);
       comm::recv(*group_, theirs, peer, tied_tag);
       sent->wait();
@@ -42,8 +42,9 @@ void PipelineTrainer::finish_step(train::StepResult& r,
   // MoE statistics of every layer, from its stage, summed over pp and then the pipelines
   const nn::ModelConfig& model = trainer_.config().model;
   const std::vector<double> figures = train::step_sums(r, model);
-  Tensor sums = Tensor::from_vector(figures, Shape({static_cast<std::int64_t>(figures.size())}),
-                                    DType::Float64);
+  Tensor sums =
+      Tensor::from_vector(figures, Shape({static_cast<std::int64_t>(figures.size())}),
+                          DType::Float64, comm::statistics_device(*group_, trainer_.device()));
   comm::all_reduce(*group_, sums);
   if (data_parallel_ != nullptr) comm::all_reduce(*data_parallel_, sums);
   train::set_step_sums(r, sums.to_vector(), model);
@@ -66,16 +67,17 @@ double PipelineTrainer::global_grad_norm() {
     return model_->counts_in_norm(name, sharded);
   };
   double squares = 0;
-  if (!sharded) {
-    for (const nn::NamedParameter* p : owned_parameters()) {
-      if (!counted(p->name)) continue;
-      const double n = optim::global_grad_norm({*p});
-      squares += n * n;
-    }
+  if (!sharded) { // the squares summed on the device, read once
+    nn::ParameterList counted_params;
+    for (const nn::NamedParameter* p : owned_parameters())
+      if (counted(p->name)) counted_params.push_back(*p);
+    const double n = optim::global_grad_norm(counted_params);
+    squares = n * n;
   }
   for (const auto& s : sharded_)
     squares += s->squares([&](std::size_t i) { return counted(s->parameters()[i].name); });
-  Tensor total = Tensor::from_vector({squares}, Shape({1}), DType::Float64);
+  Tensor total = Tensor::from_vector({squares}, Shape({1}), DType::Float64,
+                                     comm::statistics_device(*group_, trainer_.device()));
   comm::all_reduce(*group_, total);
   for (comm::Communicator* g : model_->norm_groups(sharded)) comm::all_reduce(*g, total);
   if (sharded && data_parallel_ != nullptr) comm::all_reduce(*data_parallel_, total);
@@ -108,8 +110,9 @@ void PipelineTrainer::reduce_over_data_parallel() {
     std::vector<double> part(mine.size(), 0.0);
     for (std::size_t i = 0; i < mine.size(); ++i)
       if (group_of[i] == g) part[i] = had[i];
-    Tensor counts =
-        Tensor::from_vector(part, Shape({static_cast<std::int64_t>(part.size())}), DType::Float64);
+    Tensor counts = Tensor::from_vector(
+        part, Shape({static_cast<std::int64_t>(part.size())}), DType::Float64,
+        g != nullptr ? comm::statistics_device(*g, trainer_.device()) : Device::cpu());
     if (g != nullptr && g->size() > 1) comm::all_reduce(*g, counts);
     const std::vector<double> summed = counts.to_vector();
     for (std::size_t i = 0; i < mine.size(); ++i)
@@ -120,8 +123,9 @@ void PipelineTrainer::reduce_over_data_parallel() {
     comm::Communicator* g = group_of[i];
     if (with_grad[i] == 0 || g == nullptr || g->size() == 1) continue;
     Tensor param = mine[i]->tensor; // a handle: the model's own tensor
-    Tensor grad =
-        param.grad().defined() ? param.grad() : Tensor::zeros(param.shape(), param.dtype());
+    Tensor grad = param.grad().defined()
+                      ? param.grad()
+                      : Tensor::zeros(param.shape(), param.dtype(), param.device());
     comm::all_reduce(*g, grad);
     param.set_grad(grad);
   }

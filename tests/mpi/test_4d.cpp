@@ -35,3 +35,11 @@ TEST_CASE("mpi: dp4 with ep2 x pp2 and ZeRO-1 equals one rank (two copies of eac
   CHECK(mpi_difference(fourd_run_config(4, 2, true),
                        {.dp = 4, .pp = 2, .ep = 2, .zero = 1, .order = "ep-dp-pp"}) == "");
 }
+
+TEST_CASE("mpi: on the emulated device, dense dp2 x tp2 x pp2 equals one rank (every transfer "
+          "staged through the host)",
+          "[4d][emu]") {
+  io::RunConfig config = fourd_run_config(2, 2, false);
+  config.train.device = "emu";
+  CHECK(mpi_difference(config, {.dp = 2, .tp = 2, .pp = 2}) == "");
+}

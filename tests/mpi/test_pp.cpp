@@ -59,3 +59,13 @@ TEST_CASE("mpi: PP x DP 2 x 2 equals one rank (1F1B and ZB-H1, MoE)", "[pp]") {
     CHECK(compare_runs(want, got, kTolerance) == "");
   }
 }
+
+TEST_CASE("mpi: on the emulated device, 1F1B and ZB-H1 on 4 processes equal one rank; Open MPI "
+          "reads host memory, so activations and gradients are staged through the host",
+          "[pp][emu]") {
+  auto world = mpi_world();
+  io::RunConfig config = pp_run_config(6, 4, false);
+  config.train.device = "emu";
+  for (pp::ScheduleKind kind : {pp::ScheduleKind::OneFOneB, pp::ScheduleKind::ZeroBubbleH1})
+    CHECK(pp_difference(*world, config, kind) == "");
+}

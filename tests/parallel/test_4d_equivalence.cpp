@@ -148,3 +148,13 @@ TEST_CASE("Composed layouts that cannot run are refused before any work", "[4d]"
   const io::RunConfig moe = fourd_run_config(2, 2, true);
   REQUIRE_TS_ERROR(ep::check_ep_layout(moe, 2, 4), Catch::Contains("divid"));
 }
+
+TEST_CASE("On the emulated device, the dense composed runs equal one rank at the same tolerance "
+          "as on the CPU: dp2 x tp2 x pp2, with ZeRO-1, with sequence parallelism",
+          "[4d][emu]") {
+  io::RunConfig config = fourd_run_config(2, 2, false);
+  config.train.device = "emu";
+  CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2}) == "");
+  CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2, .zero = 1}) == "");
+  CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2, .sequence_parallel = true}) == "");
+}

@@ -1,6 +1,7 @@
 // Chapter 06's proof on the threads backend: every schedule at pp = 2 and 4, m = 1..8, dense and
 // MoE, equals one rank (tests/pp_equivalence.hpp); the comparison notices a tied embedding whose
 // two halves are not summed; bad layouts are refused before any work.
+#include "host_traffic.hpp"
 #include "pp_equivalence.hpp"
 
 #include "comm/launch.hpp"
@@ -199,4 +200,42 @@ TEST_CASE("A pipeline layout that cannot run is refused before any work, naming 
   config.train.batch_size = 7;
   REQUIRE_TS_ERROR(pp::check_pipeline_layout(config, 2, schedule(pp::ScheduleKind::OneFOneB)),
                    Catch::Contains("does not divide into 1 pipeline(s) x 6 micro-batches"));
+}
+
+TEST_CASE("On the emulated device, every schedule equals one rank at the same tolerance as on the "
+          "CPU, and a stage's step moves only its batch and the documented scalars",
+          "[parallel][pp][emu]") {
+  io::RunConfig config = pp_run_config(4, 4, false);
+  config.train.device = "emu";
+  for (auto [kind, chunks] :
+       {std::pair{pp::ScheduleKind::GPipe, 1}, std::pair{pp::ScheduleKind::OneFOneB, 1},
+        std::pair{pp::ScheduleKind::ZeroBubbleH1, 1},
+        std::pair{pp::ScheduleKind::Interleaved, 2}}) {
+    DYNAMIC_SECTION(pp::schedule_name(kind) << ", p = 2, v = " << chunks << ", m = 4") {
+      require_equivalent(2, config, schedule(kind, chunks));
+    }
+  }
+  SECTION("host traffic of one 1F1B step after warm-up, per stage") {
+    std::vector<std::string> problems(2);
+    comm::run_threads(2, [&](comm::Communicator& world) {
+      pp::PipelineTrainer trainer(config, world, schedule(pp::ScheduleKind::OneFOneB));
+      trainer.train_step(); // warm-up
+      HostTraffic traffic;
+      {
+        CountHostTraffic scope(traffic);
+        trainer.train_step();
+      }
+      // The first stage uploads the inputs, the last the targets and reads each micro-batch's
+      // lm_loss; each stage reads the norm of its own gradients once.
+      const bool first = world.rank() == 0;
+      const std::int64_t m = config.train.micro_batches, bytes = config.train.seq_len * 8;
+      std::string p;
+      if (traffic.copies_to_device() != m || traffic.bytes_to_device() != m * bytes ||
+          traffic.copies_to_host() != (first ? 1 : m + 1) ||
+          traffic.bytes_to_host() != (first ? 8 : 4 * m + 8))
+        p = "stage " + std::to_string(world.rank()) + ":\n" + traffic.table();
+      problems[static_cast<std::size_t>(world.rank())] = p;
+    });
+    for (const std::string& p : problems) REQUIRE(p == "");
+  }
 }

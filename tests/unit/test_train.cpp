@@ -40,11 +40,14 @@ fs::path fresh_dir(const std::string& name) {
 } // namespace
 
 TEST_CASE("A resumed run reproduces the uninterrupted run's losses and parameters bit for bit",
-          "[unit][train]") {
+          "[unit][train][emu]") {
   const fs::path dir = fresh_dir("resume");
   io::RunConfig config = small_run(dir.string());
   SECTION("dense") {}
   SECTION("MoE with dropping") { config.model.moe = {2, 3, 2, 0.8, 1e-2, 1e-3}; }
+  SECTION("dense, on the emulated device: the checkpoint goes through the host and back") {
+    config.train.device = "emu";
+  }
   train::Trainer straight(config);
   std::vector<double> expected;
   for (int i = 0; i < 6; ++i) expected.push_back(straight.train_step().loss);
