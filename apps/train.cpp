@@ -300,9 +300,8 @@ void add_train(CLI::App& app) {
       "Train a GPT-2 (or MoE) model on one CPU rank, data parallel (--dp N, mpirun), "
       "tensor parallel (--tp N [--sp]), pipelined (--pp N), expert parallel (--ep N), with "
       "ZeRO (--zero 1|2|3), or any combination of them on one mesh (chapter 10). Where it runs: "
-      "train.device = cpu (every layout), cuda (one GPU per rank; dense models, every layout but "
-      "--ep and --zero) or emu (the emulated device that proves the GPU path on a CPU: dense "
-      "models, every layout but --ep; chapter 11)");
+      "train.device = cpu (every layout), cuda (one GPU per rank; every layout but --zero) or emu "
+      "(the emulated device that proves the GPU path on a CPU: every layout; chapter 11)");
   cmd->add_option("--config", opt->config,
                   "TOML run config, e.g. configs/tiny.toml (required, except with --list-keys)")
       ->option_text("FILE");

@@ -5,7 +5,11 @@
 //                  (one float64), and in a data-parallel step (--dp, --zero) each micro-batch's
 //                  weighted loss (the share dp::accumulate_gradients returns), and under --dp
 //                  each bucket's "had a gradient" counts (one element per parameter of the
-//                  bucket).
+//                  bucket);
+//   with MoE layers: each micro-batch's aux and z losses, and the router's own transfers (its
+//                  probabilities down, the token ids of the dispatch up: the top-k and the
+//                  capacity run on the host in this version), all made in lib/moe/ and lib/ep/,
+//                  listed apart; under --ep the norm is read in two parts (dense, experts).
 // Anything else (a parameter, a gradient, an activation read on the host) is a copy a GPU would
 // stall on, and the check names its call site.
 #pragma once
@@ -28,7 +32,14 @@ struct StepTrafficShape {
   bool data_parallel = false;       ///< a dp::data_parallel_step (--dp, --zero)
   std::int64_t buckets = 0;         ///< data-parallel buckets (0 without --dp)
   std::int64_t bucketed_params = 0; ///< parameters over all buckets
+  bool moe = false;                 ///< MoE layers: aux and z losses, and the router's transfers
+  std::int64_t norms = 1;           ///< norm reads: 2 under --ep (the dense and the experts' part)
 };
+
+/// True for a copy the router makes (lib/moe/, lib/ep/): the documented routing traffic.
+inline bool routing_site(const HostTransfers& t) {
+  return t.where.rfind("lib/moe/", 0) == 0 || t.where.rfind("lib/ep/", 0) == 0;
+}
 
 /// "" when `traffic` is exactly the documented list for `shape`, else what differs, with every
 /// call site that moved bytes.
@@ -36,18 +47,29 @@ inline std::string step_traffic_problem(const HostTraffic& traffic, const StepTr
   const std::int64_t e = static_cast<std::int64_t>(s.element_bytes);
   const std::int64_t want_up = 2 * s.micro_batches,
                      want_up_bytes = want_up * s.rows * s.seq_len * 8;
-  const std::int64_t per_micro_batch = s.data_parallel ? 3 : 2; // loss, lm_loss (, the share)
-  const std::int64_t want_down = per_micro_batch * s.micro_batches + 1 + s.buckets;
+  // loss, lm_loss (, the share) (, aux and z)
+  const std::int64_t per_micro_batch = 2 + (s.data_parallel ? 1 : 0) + (s.moe ? 2 : 0);
+  const std::int64_t want_down = per_micro_batch * s.micro_batches + s.norms + s.buckets;
   const std::int64_t want_down_bytes =
-      per_micro_batch * s.micro_batches * e + 8 + s.bucketed_params * e;
-  if (traffic.copies_to_device() == want_up && traffic.bytes_to_device() == want_up_bytes &&
-      traffic.copies_to_host() == want_down && traffic.bytes_to_host() == want_down_bytes)
+      per_micro_batch * s.micro_batches * e + 8 * s.norms + s.bucketed_params * e;
+  std::int64_t up = 0, up_bytes = 0, down = 0, down_bytes = 0, routing = 0;
+  for (const HostTransfers& t : traffic.sites()) {
+    if (s.moe && routing_site(t)) {
+      routing += t.count;
+      continue;
+    }
+    (t.to_host ? down : up) += t.count;
+    (t.to_host ? down_bytes : up_bytes) += t.bytes;
+  }
+  if (up == want_up && up_bytes == want_up_bytes && down == want_down &&
+      down_bytes == want_down_bytes && (!s.moe || routing > 0))
     return "";
   std::ostringstream out;
   out << "expected " << want_up << " copies (" << want_up_bytes << " bytes) to the device and "
-      << want_down << " (" << want_down_bytes << " bytes) to the host, found "
-      << traffic.copies_to_device() << " (" << traffic.bytes_to_device() << ") and "
-      << traffic.copies_to_host() << " (" << traffic.bytes_to_host() << "):\n"
+      << want_down << " (" << want_down_bytes << " bytes) to the host"
+      << (s.moe ? ", besides the router's (at least one)" : "") << ", found " << up << " ("
+      << up_bytes << ") and " << down << " (" << down_bytes << ")"
+      << (s.moe ? ", and " + std::to_string(routing) + " of the router's" : "") << ":\n"
       << traffic.table();
   return out.str();
 }

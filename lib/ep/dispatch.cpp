@@ -126,8 +126,10 @@ Tensor combine(const Tensor& expert_out, const Tensor& gates,
   std::vector<std::int64_t> token(order.size());
   for (std::size_t i = 0; i < order.size(); ++i) token[i] = order[i] / k;
   Tensor weighted = expert_out;
-  if (use_gates) weighted = expert_out * gather_rows(gates, Tensor::from_ids(order, Shape({S})));
-  y = scatter_add_rows(weighted, Tensor::from_ids(token, Shape({S})), tokens);
+  const Device device = expert_out.device();
+  if (use_gates)
+    weighted = expert_out * gather_rows(gates, Tensor::from_ids(order, Shape({S}), device));
+  y = scatter_add_rows(weighted, Tensor::from_ids(token, Shape({S}), device), tokens);
   // EXERCISE 8.2 end
   return y;
 }

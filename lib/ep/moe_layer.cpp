@@ -67,7 +67,8 @@ nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
   std::vector<std::int64_t> rows(plan.order.size());
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = plan.order[i] / k;
   const Tensor sent =
-      gather_rows(tokens, Tensor::from_ids(rows, Shape({static_cast<std::int64_t>(rows.size())})));
+      gather_rows(tokens, Tensor::from_ids(rows, Shape({static_cast<std::int64_t>(rows.size())}),
+                                           tokens.device()));
   if (load_ != nullptr)
     load_->dispatch_seconds += std::chrono::duration<double>(clock::now() - start).count();
   const Tensor received =
@@ -126,7 +127,8 @@ Tensor EpMoeFeedForward::run_experts(const Tensor& received,
     const auto& mine = rows[l];
     if (mine.empty()) continue; // no tokens: no forward, and so no gradient, as on one rank
     const Tensor in =
-        gather_rows(input, Tensor::from_ids(mine, Shape({static_cast<std::int64_t>(mine.size())})));
+        gather_rows(input, Tensor::from_ids(mine, Shape({static_cast<std::int64_t>(mine.size())}),
+                                            input.device()));
     outputs.push_back(tp_ ? tp_experts_[l].partial(in) : experts_[l].forward(in));
     places.insert(places.end(), mine.begin(), mine.end());
     sizes.push_back(static_cast<std::int64_t>(mine.size()));
@@ -144,10 +146,11 @@ Tensor EpMoeFeedForward::run_experts(const Tensor& received,
       ++i;
     }
   }
-  return scatter_add_rows(
-      concat(outputs, 0),
-      Tensor::from_ids(places, Shape({static_cast<std::int64_t>(places.size())})),
-      received.size(0));
+  return scatter_add_rows(concat(outputs, 0),
+                          Tensor::from_ids(places,
+                                           Shape({static_cast<std::int64_t>(places.size())}),
+                                           received.device()),
+                          received.size(0));
 }
 
 } // namespace tinyscale::ep

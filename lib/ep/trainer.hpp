@@ -83,6 +83,10 @@ public:
   std::int64_t micro_batch_rows() const { return rows_; }
   /// Elements of the whole model (every expert counted once).
   std::int64_t parameter_count() const;
+  /// The gradient syncs: the dense parameters' over every data-parallel rank, the experts' over
+  /// the ranks holding the same experts.
+  const dp::DataParallel& dense_sync() const { return *dense_sync_; }
+  const dp::DataParallel& expert_sync() const { return *expert_sync_; }
 
 private:
   struct SyncBoth;

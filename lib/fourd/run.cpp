@@ -32,22 +32,14 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
            "train: --schedule, --chunks and --pp-blocks cut the model into pipeline stages; they "
            "need --pp 2 or more, found --pp ",
            plan.pp);
-  // What trains on a device today (proved on emu, the emulated device): every dense layout, with
-  // --zero only where the communicator reads the device's memory (threads reads emu's; a GPU's
-  // needs nccl, which train cannot select yet). Expert parallelism needs MoE layers, which route
-  // on the host. Both are refused here, from the config, before a GPU or a rank is touched.
-  const std::string& device = config.train.device;
-  const char* host_only = plan.ep > 1                        ? "--ep"
-                          : plan.zero > 0 && device != "emu" ? "--zero"
-                                                             : nullptr;
-  TS_CHECK(device == "cpu" || host_only == nullptr, "train: train.device = \"", device, "\" with ",
-           host_only,
-           ": this version trains dense models on a device with --dp, --tp, --pp and their "
-           "compositions; expert parallelism routes tokens on the host, and ZeRO hands its flat "
-           "buffers to a communicator that must read the device's memory (threads reads emu's; "
-           "a GPU's needs nccl, which train cannot select yet). Set train.device = \"cpu\", or "
-           "leave out ",
-           host_only);
+  // Every layout trains on a device (proved on emu, the emulated device) but ZeRO on a GPU: it
+  // hands its flat buffers to the communicator as they are, which must read the device's memory
+  // (threads reads emu's; a GPU's needs nccl, which train cannot select yet). Refused here, from
+  // the config, before a GPU or a rank is touched.
+  TS_CHECK(config.train.device != "cuda" || plan.zero == 0, "train: train.device = \"cuda\" with ",
+           "--zero: ZeRO hands its flat buffers to the communicator as they are, and a GPU's ",
+           "memory needs nccl, which train cannot select yet. Set train.device = \"cpu\" (or ",
+           "\"emu\" to check the device path), or leave out --zero");
   if (plan.composed()) {
     TS_CHECK(plan.zero <= 1, "train: --zero ", plan.zero, " in a composed run (--tp, --pp, --ep, ",
              "--order or --topology): this version composes ZeRO stage 1 only (stages 2 and 3 ",

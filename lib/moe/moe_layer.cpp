@@ -39,8 +39,9 @@ nn::FeedForwardOutput MoeFeedForward::forward(const Tensor& x,
     std::vector<std::int64_t> rows;
     for (std::int64_t a : kept) rows.push_back(a / k);
     const Shape m({static_cast<std::int64_t>(kept.size())});
-    Tensor y = experts_[e].forward(gather_rows(tokens, Tensor::from_ids(rows, m)));
-    outputs.push_back(y * gather_rows(r.gates, Tensor::from_ids(kept, m))); // [n_e, C] * [n_e, 1]
+    Tensor y = experts_[e].forward(gather_rows(tokens, Tensor::from_ids(rows, m, x.device())));
+    outputs.push_back(
+        y * gather_rows(r.gates, Tensor::from_ids(kept, m, x.device()))); // [n_e, C] * [n_e, 1]
     destination.insert(destination.end(), rows.begin(), rows.end());
   }
   Tensor y = outputs.empty()
@@ -48,7 +49,8 @@ nn::FeedForwardOutput MoeFeedForward::forward(const Tensor& x,
                  : scatter_add_rows(
                        concat(outputs, 0),
                        Tensor::from_ids(destination,
-                                        Shape({static_cast<std::int64_t>(destination.size())})),
+                                        Shape({static_cast<std::int64_t>(destination.size())}),
+                                        x.device()),
                        N);
   y = reshape(y, {B, T, C});
   if (ctx.training && dropout_ > 0) y = dropout(y, dropout_, ctx.dropout_rng(name_, T * C));

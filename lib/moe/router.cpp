@@ -93,9 +93,9 @@ Routing route(const Tensor& x, const Tensor& router_weight, const nn::MoeConfig&
   std::vector<std::int64_t> flat(r.expert.size());
   for (std::size_t a = 0; a < flat.size(); ++a)
     flat[a] = static_cast<std::int64_t>(a) / config.top_k * n_experts + r.expert[a];
-  Tensor picked =
-      gather_rows(reshape(r.probs, {tokens * n_experts, 1}),
-                  Tensor::from_ids(flat, Shape({static_cast<std::int64_t>(flat.size())})));
+  Tensor picked = gather_rows(
+      reshape(r.probs, {tokens * n_experts, 1}),
+      Tensor::from_ids(flat, Shape({static_cast<std::int64_t>(flat.size())}), r.probs.device()));
   if (config.top_k > 1) { // GShard: g_j / sum of the chosen g
     Tensor g = reshape(picked, {tokens, config.top_k});
     picked = reshape(g / sum(g, {1}, true), {tokens * config.top_k, 1});

@@ -29,9 +29,6 @@ const nn::ParameterList& placed(const nn::ParameterList& params, Device device,
   TS_CHECK(model.precision == "fp32" || device.kind == Device::Kind::CUDA,
            "model.precision = \"bf16\": expected train.device = \"cuda\", found \"cpu\"; the CPU ",
            "backend computes in float32 (it is the reference the GPU is checked against)");
-  TS_CHECK(model.moe.every == 0 || device.is_host(), "model.moe: expected train.device = ",
-           "\"cpu\" for a mixture-of-experts model, found \"", device.str(), "\"; this version ",
-           "routes tokens (top-k, capacity) on the host, so MoE layers train on the CPU only");
   nn::to_device(params, device);
   return params;
 }

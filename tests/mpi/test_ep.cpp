@@ -14,9 +14,10 @@ namespace {
 constexpr double kTolerance = 1e-5;
 
 std::string ep_difference(comm::Communicator& world, int ep, int top_k, double capacity_factor,
-                          ep::EpOptions options = {}) {
+                          ep::EpOptions options = {}, const std::string& device = "cpu") {
   const int d = world.size();
-  const io::RunConfig config = ep_run_config(d, 1, 2, top_k, capacity_factor);
+  io::RunConfig config = ep_run_config(d, 1, 2, top_k, capacity_factor);
+  config.train.device = device;
   const EpRecord want =
       ep_reference_run(config, options.capacity == ep::CapacityScope::Global ? d / ep : d);
   mesh::Mesh mesh(world, ep_layout(d, ep));
@@ -62,4 +63,11 @@ TEST_CASE("mpi: a combine that ignores the gate weights breaks the equivalence",
   CHECK_FALSE(ep_difference(*world, 4, 2, 1.0,
                             {ep::PlacementKind::Contiguous, ep::CapacityScope::Local, false})
                   .empty());
+}
+
+TEST_CASE("mpi: on the emulated device, expert parallel ep = 4 on 4 processes equals one rank (the "
+          "all-to-alls staged through the host)",
+          "[ep][emu]") {
+  auto world = mpi_world();
+  CHECK(ep_difference(*world, 4, 2, 1.25, {}, "emu") == "");
 }

@@ -158,3 +158,10 @@ TEST_CASE("On the emulated device, the dense composed runs equal one rank at the
   CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2, .zero = 1}) == "");
   CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2, .sequence_parallel = true}) == "");
 }
+
+TEST_CASE("On the emulated device, dp2 x tp2 x pp2 with the MoE model and ep2 equals one rank",
+          "[4d][emu]") {
+  io::RunConfig config = fourd_run_config(2, 2, true);
+  config.train.device = "emu";
+  CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2, .ep = 2}) == "");
+}

@@ -134,6 +134,11 @@ TEST_CASE("On the emulated device, data parallel equals one rank, same tolerance
     const RunRecord got = threads_run(4, config, {16 << 10, true, -1});
     REQUIRE(compare_runs(reference_run(config, 4), got, kTolerance) == "");
   }
+  SECTION("N = 2, top-2 MoE that drops tokens, k = 2") {
+    const io::RunConfig config = on_emu(dp_run_config(2, 1, 2, true));
+    const RunRecord got = threads_run(2, config, {8 << 10, true, -1});
+    REQUIRE(compare_runs(reference_run(config, 2), got, kTolerance) == "");
+  }
   SECTION("float64 with biases, to 1e-10, and equal to the CPU's run") {
     const io::RunConfig config = on_emu(dp_run_config(2, 1, 2, false, DType::Float64));
     const RunRecord got = threads_run(2, config, {16 << 10, true, -1});

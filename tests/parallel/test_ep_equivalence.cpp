@@ -4,6 +4,7 @@
 // says exactly what is compared); a combine that ignores the gates is caught; bad layouts are
 // refused before any work.
 #include "ep_equivalence.hpp"
+#include "host_traffic.hpp"
 #include "require_ts_error.hpp"
 #include "scratch_dir.hpp"
 
@@ -51,9 +52,10 @@ int reference_split(const Case& c) {
   return c.capacity == ep::CapacityScope::Global ? c.d / c.ep : c.d;
 }
 
-void require_equivalent(const Case& c, DType dtype = DType::Float32,
-                        double tolerance = kTolerance) {
-  const io::RunConfig config = ep_run_config(c.d, c.b, c.k, c.top_k, c.capacity_factor, dtype);
+void require_equivalent(const Case& c, DType dtype = DType::Float32, double tolerance = kTolerance,
+                        const std::string& device = "cpu") {
+  io::RunConfig config = ep_run_config(c.d, c.b, c.k, c.top_k, c.capacity_factor, dtype);
+  config.train.device = device;
   const EpRecord want = ep_reference_run(config, reference_split(c));
   const EpRecord got = threads_ep_run(c.d, c.ep, config, {c.placement, c.capacity, true});
   std::int64_t dropped = 0;
@@ -264,4 +266,43 @@ TEST_CASE("Expert-parallel checkpoints are in the single-rank layout: ep = 2 sav
       CHECK(relative_error(losses[static_cast<std::size_t>(r)][static_cast<std::size_t>(s - 1)],
                            want.run.losses[static_cast<std::size_t>(s)]) < kTolerance);
     }
+}
+
+TEST_CASE("On the emulated device, expert parallelism equals one rank at the same tolerance as on "
+          "the CPU, and a step moves only the documented list and the router's transfers",
+          "[parallel][ep][emu]") {
+  SECTION("ep = 2, top-2, capacity 1.25, 2 micro-batches") {
+    require_equivalent({2, 2, 1, 2, 2, 1.25}, DType::Float32, kTolerance, "emu");
+  }
+  SECTION("ep = 2 inside D = 4, global capacity") {
+    require_equivalent(
+        {4, 2, 1, 1, 2, 1.0, ep::PlacementKind::Contiguous, ep::CapacityScope::Global},
+        DType::Float32, kTolerance, "emu");
+  }
+  SECTION("host traffic after warm-up, per rank") {
+    io::RunConfig config = ep_run_config(2, 1, 2, 2, 1.25);
+    config.train.device = "emu";
+    std::vector<std::string> problems(2);
+    comm::run_threads(2, [&](comm::Communicator& world) {
+      mesh::Mesh mesh(world, ep_layout(2, 2));
+      ep::EpTrainer trainer(config, mesh.group("dp x cp x ep"), mesh.group(mesh::Axis::Ep),
+                            mesh.group("dp x cp"), {});
+      trainer.train_step(); // warm-up
+      HostTraffic traffic;
+      {
+        CountHostTraffic scope(traffic);
+        trainer.train_step();
+      }
+      std::int64_t buckets = 0, bucketed = 0;
+      for (const dp::DataParallel* sync : {&trainer.dense_sync(), &trainer.expert_sync()})
+        for (const dp::Bucket& b : sync->buckets()) {
+          ++buckets;
+          bucketed += static_cast<std::int64_t>(b.params.size());
+        }
+      problems[static_cast<std::size_t>(world.rank())] =
+          step_traffic_problem(traffic, {config.train.micro_batches, 1, config.train.seq_len, 4,
+                                         true, buckets, bucketed, true, 2});
+    });
+    for (const std::string& p : problems) REQUIRE(p == "");
+  }
 }

@@ -143,27 +143,27 @@ TEST_CASE(
   CHECK(ordered.composed());
 }
 
-TEST_CASE("check_plan refuses a device for --ep, and cuda for --zero, from the config alone, "
-          "before a GPU is touched",
+TEST_CASE("check_plan refuses cuda for --zero (alone or composed), from the config alone, before "
+          "a GPU is touched, and accepts every other layout on a device",
           "[plan][device]") {
   for (const std::string device : {"cuda", "emu"}) {
     INFO("train.device = " << device);
     io::RunConfig on_device = fourd_run_config(2, 2, true);
     on_device.train.device = device;
-    std::vector<std::pair<mesh::ParallelPlan, std::string>> refused = {
-        {plan_of(2, 1, 1, 2, 0), "with --ep"}, {plan_of(2, 2, 2, 2, 1), "with --ep"}};
-    if (device == "cuda") refused.push_back({plan_of(2, 1, 1, 1, 1), "with --zero"});
-    for (const auto& [plan, flag] : refused)
-      REQUIRE_TS_ERROR(fourd::check_plan(plan, on_device),
-                       Contains(flag) && Contains("dense models on a device") &&
-                           Contains("leave out"));
-    // One rank, --dp, --tp, --pp and their compositions pass the layout check (--zero on emu);
-    // the device itself is checked when the run starts.
+    const std::vector<mesh::ParallelPlan> zero = {plan_of(2, 1, 1, 1, 1), plan_of(2, 2, 2, 2, 1)};
+    for (const mesh::ParallelPlan& plan : zero) {
+      if (device == "cuda")
+        REQUIRE_TS_ERROR(fourd::check_plan(plan, on_device),
+                         Contains("with --zero") && Contains("nccl") && Contains("leave out"));
+      else
+        CHECK_NOTHROW(fourd::check_plan(plan, on_device));
+    }
+    // One rank, --dp, --tp, --pp, --ep and their compositions pass the layout check; the device
+    // itself is checked when the run starts.
     for (const mesh::ParallelPlan& plan :
          {plan_of(1, 1, 1, 1, 0), plan_of(2, 1, 1, 1, 0), plan_of(1, 2, 1, 1, 0),
-          plan_of(1, 1, 2, 1, 0), plan_of(2, 2, 2, 1, 0)})
+          plan_of(1, 1, 2, 1, 0), plan_of(2, 1, 1, 2, 0), plan_of(2, 2, 2, 2, 0)})
       CHECK_NOTHROW(fourd::check_plan(plan, on_device));
-    if (device == "emu") CHECK_NOTHROW(fourd::check_plan(plan_of(2, 1, 2, 1, 1), on_device));
   }
 }
 
