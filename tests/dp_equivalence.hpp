@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,14 @@ struct RunRecord {
 /// rounding is 1e-16, not 6e-8.
 inline constexpr double kFloat32TestAdamEps = 1e-5;
 
+/// The device every equivalence run trains on, both sides: "cpu", or the device named by the
+/// environment variable TINYSCALE_TEST_DEVICE ("emu": ctest runs the whole parallel suite a second
+/// time on the emulated device, label parallel_emu, at the same tolerances).
+inline std::string test_device() {
+  const char* device = std::getenv("TINYSCALE_TEST_DEVICE");
+  return device != nullptr && *device != '\0' ? device : "cpu";
+}
+
 /// The run both sides train: N*b*k sequences per step, 3 steps, clipping that bites.
 inline io::RunConfig dp_run_config(int n, int b, int k, bool moe, DType dtype = DType::Float32) {
   io::RunConfig c;
@@ -72,6 +81,7 @@ inline io::RunConfig dp_run_config(int n, int b, int k, bool moe, DType dtype = 
   c.train.batch_size = n * b * k;
   c.train.seq_len = 16;
   c.train.micro_batches = k;
+  c.train.device = test_device();
   c.optim.lr = 1e-3;
   c.optim.warmup_steps = 0;
   c.optim.grad_clip = 0.5;

@@ -11,6 +11,8 @@
 // many elements by about lr, far above 1e-5 of the weights (the negative control shows it).
 #pragma once
 
+#include "backend/host_traffic.hpp"
+
 #include "dp_equivalence.hpp"
 #include "ep/trainer.hpp"
 #include "fourd/stages.hpp"
@@ -19,6 +21,7 @@
 #include "tp/sharding.hpp"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,8 @@ struct FourdLayout {
   /// For tests only: sum the experts' gradients over every data-parallel rank (dp x ep) instead
   /// of the ranks holding the same experts: the negative control.
   bool experts_over_dense_group = false;
+  /// Counts the host <-> device copies of the last step into FourdRecord::last_step_traffic.
+  bool count_last_step = false;
 };
 
 /// What one rank trained: the step results and its own parameters (shards, experts).
@@ -57,6 +62,7 @@ struct FourdRecord {
   std::vector<std::int64_t> dropped; ///< per step, over every MoE layer of the whole batch
   std::vector<std::pair<std::string, std::vector<double>>> owned;
   int tp_rank = 0, tp = 1;
+  std::vector<HostTransfers> last_step_traffic; ///< with FourdLayout::count_last_step
 };
 
 /// Assignments over capacity in a step, over every MoE layer.
@@ -88,7 +94,10 @@ inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& con
                               &mesh.group("dp x cp x ep"),
                               std::make_unique<fourd::MeshStages>(config, axes));
   FourdRecord r;
+  HostTraffic traffic;
   for (int s = 0; s < config.train.steps; ++s) {
+    std::optional<CountHostTraffic> counting;
+    if (l.count_last_step && s + 1 == config.train.steps) counting.emplace(traffic);
     const train::StepResult step = trainer.train_step();
     r.losses.push_back(step.loss);
     r.grad_norms.push_back(step.grad_norm);
@@ -98,6 +107,7 @@ inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& con
     r.owned.emplace_back(p->name, p->tensor.to_vector());
   r.tp_rank = axes.tp->rank();
   r.tp = axes.tp->size();
+  r.last_step_traffic = traffic.sites();
   return r;
 }
 

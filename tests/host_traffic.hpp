@@ -8,8 +8,11 @@
 //                  bucket);
 //   with MoE layers: each micro-batch's aux and z losses, and the router's own transfers (its
 //                  probabilities down, the token ids of the dispatch up: the top-k and the
-//                  capacity run on the host in this version), all made in lib/moe/ and lib/ep/,
-//                  listed apart; under --ep the norm is read in two parts (dense, experts).
+//                  capacity run on the host in this version), all made in lib/moe/, lib/ep/
+//                  and lib/tp/blocks.cpp (the tensor-parallel MoE layer),
+//                  listed apart; under --ep the norm is read in two parts (dense, experts);
+//   under --tp:    the vocab-parallel embedding's and cross-entropy's shard rows, computed on
+//                  the host from the ids (lib/tp/vocab_parallel.cpp), listed apart.
 // Anything else (a parameter, a gradient, an activation read on the host) is a copy a GPU would
 // stall on, and the check names its call site.
 #pragma once
@@ -34,11 +37,19 @@ struct StepTrafficShape {
   std::int64_t bucketed_params = 0; ///< parameters over all buckets
   bool moe = false;                 ///< MoE layers: aux and z losses, and the router's transfers
   std::int64_t norms = 1;           ///< norm reads: 2 under --ep (the dense and the experts' part)
+  bool vocab_parallel = false;      ///< --tp: the vocab-parallel rows' transfers (lib/tp/)
 };
 
-/// True for a copy the router makes (lib/moe/, lib/ep/): the documented routing traffic.
+/// True for a copy the router makes (lib/moe/, lib/ep/, and the tensor-parallel MoE layer in
+/// lib/tp/blocks.cpp): the documented routing traffic.
 inline bool routing_site(const HostTransfers& t) {
-  return t.where.rfind("lib/moe/", 0) == 0 || t.where.rfind("lib/ep/", 0) == 0;
+  return t.where.rfind("lib/moe/", 0) == 0 || t.where.rfind("lib/ep/", 0) == 0 ||
+         t.where.rfind("lib/tp/blocks.cpp:", 0) == 0;
+}
+
+/// True for a copy the vocab-parallel embedding and cross-entropy make (lib/tp/vocab_parallel).
+inline bool vocab_rows_site(const HostTransfers& t) {
+  return t.where.rfind("lib/tp/vocab_parallel.cpp:", 0) == 0;
 }
 
 /// "" when `traffic` is exactly the documented list for `shape`, else what differs, with every
@@ -54,7 +65,7 @@ inline std::string step_traffic_problem(const HostTraffic& traffic, const StepTr
       per_micro_batch * s.micro_batches * e + 8 * s.norms + s.bucketed_params * e;
   std::int64_t up = 0, up_bytes = 0, down = 0, down_bytes = 0, routing = 0;
   for (const HostTransfers& t : traffic.sites()) {
-    if (s.moe && routing_site(t)) {
+    if ((s.moe && routing_site(t)) || (s.vocab_parallel && vocab_rows_site(t))) {
       routing += t.count;
       continue;
     }
@@ -62,15 +73,34 @@ inline std::string step_traffic_problem(const HostTraffic& traffic, const StepTr
     (t.to_host ? down_bytes : up_bytes) += t.bytes;
   }
   if (up == want_up && up_bytes == want_up_bytes && down == want_down &&
-      down_bytes == want_down_bytes && (!s.moe || routing > 0))
+      down_bytes == want_down_bytes && (!(s.moe || s.vocab_parallel) || routing > 0))
     return "";
   std::ostringstream out;
   out << "expected " << want_up << " copies (" << want_up_bytes << " bytes) to the device and "
       << want_down << " (" << want_down_bytes << " bytes) to the host"
-      << (s.moe ? ", besides the router's (at least one)" : "") << ", found " << up << " ("
-      << up_bytes << ") and " << down << " (" << down_bytes << ")"
-      << (s.moe ? ", and " + std::to_string(routing) + " of the router's" : "") << ":\n"
+      << (s.moe || s.vocab_parallel ? ", besides the listed-apart ones (at least one)" : "")
+      << ", found " << up << " (" << up_bytes << ") and " << down << " (" << down_bytes << ")"
+      << (s.moe || s.vocab_parallel ? ", and " + std::to_string(routing) + " listed apart" : "")
+      << ":\n"
       << traffic.table();
+  return out.str();
+}
+
+/// The rule every step obeys, whatever its layout: outside the listed-apart sites (the router's,
+/// the vocab-parallel rows'), every copy to the host is one scalar (at most 8 bytes) and every copy
+/// to the device one micro-batch's ids or targets (`batch_bytes`). "" when it holds, else the
+/// copies that break it. For layouts whose exact list depends on the rank (a composed run's
+/// stages): a parameter, gradient or activation read on the host breaks it.
+inline std::string scalars_and_batches_problem(const std::vector<HostTransfers>& sites,
+                                               std::int64_t batch_bytes) {
+  std::ostringstream out;
+  for (const HostTransfers& t : sites) {
+    if (routing_site(t) || vocab_rows_site(t)) continue;
+    const bool ok = t.to_host ? t.bytes <= 8 * t.count : t.bytes == batch_bytes * t.count;
+    if (!ok)
+      out << (t.to_host ? "to host  " : "to device") << "  " << t.count << " copies  " << t.bytes
+          << " bytes  " << t.where << "\n";
+  }
   return out.str();
 }
 

@@ -78,6 +78,7 @@ nn::FeedForwardOutput TpMoe::forward(const Tensor& x, const nn::ForwardContext& 
   Tensor whole = tp_.sequence_parallel ? gather_from_sequence_replicated(x, *tp_.group) : x;
   const std::int64_t B = whole.size(0), T = whole.size(1), C = whole.size(2), N = B * T;
   const int k = moe_.top_k;
+  const Device device = whole.device();
   Tensor tokens = reshape(whole, {N, C});
   moe::Routing r = moe::route(tokens, router_weight_, moe_);
   Tensor expert_input = copy_to_tp(tokens, *tp_.group); // f on the experts' path only
@@ -95,7 +96,7 @@ nn::FeedForwardOutput TpMoe::forward(const Tensor& x, const nn::ForwardContext& 
     for (std::int64_t a : kept) rows_of[e].push_back(a / k);
     const Shape m({static_cast<std::int64_t>(kept.size())});
     partials.push_back(
-        experts_[e].partial(gather_rows(expert_input, Tensor::from_ids(rows_of[e], m))));
+        experts_[e].partial(gather_rows(expert_input, Tensor::from_ids(rows_of[e], m, device))));
   }
   Tensor y = Tensor::zeros(Shape({N, C}), whole.dtype(), whole.device());
   if (!partials.empty()) {
@@ -110,11 +111,11 @@ nn::FeedForwardOutput TpMoe::forward(const Tensor& x, const nn::ForwardContext& 
       const Shape m({static_cast<std::int64_t>(r.kept[e].size())});
       Tensor out = outputs[i];
       if (experts_[e].c_proj.bias.defined()) out = out + cast(experts_[e].c_proj.bias, out.dtype());
-      outputs[i++] = out * gather_rows(r.gates, Tensor::from_ids(r.kept[e], m)); // [n_e, C]
+      outputs[i++] = out * gather_rows(r.gates, Tensor::from_ids(r.kept[e], m, device)); // [n_e, C]
       destination.insert(destination.end(), rows_of[e].begin(), rows_of[e].end());
     }
     const Shape d({static_cast<std::int64_t>(destination.size())});
-    y = scatter_add_rows(concat(outputs, 0), Tensor::from_ids(destination, d), N);
+    y = scatter_add_rows(concat(outputs, 0), Tensor::from_ids(destination, d, device), N);
   }
   y = reshape(y, {B, T, C});
   if (tp_.sequence_parallel) y = scatter_to_sequence(y, *tp_.group);

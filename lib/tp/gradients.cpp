@@ -1,10 +1,10 @@
 #include "tp/gradients.hpp"
 
 #include "autograd/grad_mode.hpp"
+#include "backend/backend.hpp"
 #include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
-#include "optim/clip.hpp"
 #include "tp/sharding.hpp"
 
 #include <cmath>
@@ -34,16 +34,21 @@ void all_reduce_sequence_parallel_grads(const nn::ParameterList& params, comm::C
 }
 
 double global_grad_norm(const nn::ParameterList& params, comm::Communicator& tp) {
-  nn::ParameterList sharded, replicated;
-  for (const auto& p : params)
-    (shard_spec(p.name).replicated() ? replicated : sharded).push_back(p);
-  const double shard_norm = optim::global_grad_norm(sharded);
-  // A tensor (not a host double), so an nccl group gets a device buffer as it requires.
+  // The squares stay on the gradients' device: each rank's shards summed over tp, then the
+  // replicated parameters (equal on every rank) counted once; the host reads the total once.
   const Device device = params.empty() ? Device::cpu() : params.front().tensor.device();
-  Tensor squares = Tensor::full(Shape{1}, shard_norm * shard_norm, DType::Float64, device);
+  Tensor squares = Tensor::zeros(Shape{1}, DType::Float64, device);
+  const auto add_squares = [&](bool replicated) {
+    for (const auto& p : params) {
+      const Tensor g = p.tensor.grad();
+      if (g.defined() && shard_spec(p.name).replicated() == replicated)
+        backend_of(g).sum_of_squares(g, squares);
+    }
+  };
+  add_squares(false);
   comm::all_reduce(tp, squares);
-  const double replicated_norm = optim::global_grad_norm(replicated);
-  return std::sqrt(squares.item() + replicated_norm * replicated_norm);
+  add_squares(true);
+  return std::sqrt(squares.item());
 }
 
 } // namespace tinyscale::tp

@@ -3,6 +3,7 @@
 // (tests/fourd_equivalence.hpp); the comparison notices experts' gradients summed over the wrong
 // group; layouts that cannot run are refused before any work.
 #include "fourd_equivalence.hpp"
+#include "host_traffic.hpp"
 
 #include "comm/launch.hpp"
 #include "rank_checks.hpp"
@@ -164,4 +165,24 @@ TEST_CASE("On the emulated device, dp2 x tp2 x pp2 with the MoE model and ep2 eq
   io::RunConfig config = fourd_run_config(2, 2, true);
   config.train.device = "emu";
   CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2, .ep = 2}) == "");
+}
+
+TEST_CASE("On the emulated device, every rank of a composed run's last step moves only scalars "
+          "to the host and micro-batches to the device, besides the listed-apart rows",
+          "[4d][emu]") {
+  io::RunConfig config = fourd_run_config(2, 2, true);
+  config.train.device = "emu";
+  for (const FourdLayout& l :
+       {FourdLayout{.dp = 2, .tp = 2, .pp = 2, .zero = 1, .count_last_step = true},
+        FourdLayout{.dp = 2, .tp = 2, .pp = 2, .ep = 2, .count_last_step = true}}) {
+    const std::vector<FourdRecord> records = threads_fourd_run(config, l);
+    for (std::size_t r = 0; r < records.size(); ++r) {
+      INFO("ep " << l.ep << ", ZeRO " << l.zero << ", rank " << r);
+      REQUIRE_FALSE(records[r].last_step_traffic.empty());
+      // rows of one micro-batch: batch / (dp x micro-batches), seq_len int64 ids each
+      const std::int64_t rows = config.train.batch_size / (l.dp * config.train.micro_batches);
+      CHECK(scalars_and_batches_problem(records[r].last_step_traffic,
+                                        rows * config.train.seq_len * 8) == "");
+    }
+  }
 }

@@ -1,6 +1,7 @@
 // Chapter 05's proof on the threads backend: tensor parallelism with t = 2 and 4, with and without
 // sequence parallelism, dense and MoE, dropout on, and DP x TP = 2 x 2, equals one rank
 // (tests/tp_equivalence.hpp says what is compared); the comparison notices one missing g.
+#include "host_traffic.hpp"
 #include "rank_checks.hpp"
 #include "tp_equivalence.hpp"
 
@@ -108,4 +109,28 @@ TEST_CASE("On the emulated device, tensor parallel (with SP, and DP x TP) equals
     const RunRecord got = threads_tp_run(dp, tp, config, {sp, -1});
     REQUIRE(compare_runs(reference_run(config, dp), got, kTolerance) == "");
   }
+}
+
+TEST_CASE("After warm-up a tensor-parallel step on emu moves only the batch, the documented "
+          "scalars and the vocab-parallel rows, on every rank",
+          "[parallel][tp][emu]") {
+  io::RunConfig config = tp_run_config(1, 2, 2, false);
+  config.train.device = "emu";
+  std::vector<std::string> problems(2);
+  comm::run_threads(2, [&](comm::Communicator& world) {
+    tp::TpTrainer trainer(config, world, nullptr, {true, -1});
+    trainer.train_step(); // warm-up
+    HostTraffic traffic;
+    {
+      CountHostTraffic scope(traffic);
+      trainer.train_step();
+    }
+    StepTrafficShape shape{config.train.micro_batches,
+                           config.train.batch_size / config.train.micro_batches,
+                           config.train.seq_len, 4};
+    shape.data_parallel = true;
+    shape.vocab_parallel = true;
+    problems[static_cast<std::size_t>(world.rank())] = step_traffic_problem(traffic, shape);
+  });
+  for (const std::string& p : problems) REQUIRE(p == "");
 }

@@ -97,6 +97,7 @@ TEST_CASE("After warm-up a one-rank step on emu moves only the batch and the doc
     trainer.train_step();
   }
   REQUIRE(step_traffic_problem(traffic, shape) == "");
+  REQUIRE(scalars_and_batches_problem(traffic.sites(), shape.rows * shape.seq_len * 8) == "");
 
   SECTION("negative control: the same step plus one parameter copied to the host") {
     traffic.reset();
@@ -107,6 +108,9 @@ TEST_CASE("After warm-up a one-rank step on emu moves only the batch and the doc
     }
     const std::string problem = step_traffic_problem(traffic, shape);
     CHECK_THAT(problem, Contains("tests/unit/test_emu_device.cpp:"));
+    // the layout-independent rule of the composed runs' test catches it too
+    CHECK_THAT(scalars_and_batches_problem(traffic.sites(), shape.rows * shape.seq_len * 8),
+               Contains("tests/unit/test_emu_device.cpp:"));
   }
   SECTION("negative control: a parameter read through data<T>() fails at once") {
     const Tensor& p = trainer.model().parameters().front().tensor;
