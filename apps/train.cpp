@@ -268,6 +268,12 @@ void run_train(TrainOptions opt) {
   plan.overlap = !opt.no_overlap;
   plan.prefetch = !opt.no_prefetch;
   const comm::Backend backend = comm::parse_backend(opt.backend);
+  TS_CHECK(
+      backend != comm::Backend::Nccl, "train: --backend nccl: expected auto, threads or mpi; ",
+      "the nccl backend is compiled and tested at world size 1 on a GPU (label cuda), but the ",
+      "trainers have not run over it yet (some of their collectives still pass host buffers, ",
+      "which NCCL cannot read). Use --backend mpi under mpirun (device tensors are staged ",
+      "through the host)");
   const bool threads = comm::resolve_backend(backend) == comm::Backend::Threads;
   // On threads the world is known now: refuse a bad plan before any rank starts (under mpirun
   // every rank checks it in make_run, once -np has decided the world).
@@ -391,7 +397,7 @@ void add_train(CLI::App& app) {
                 "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,
                   "Where the ranks run: auto (mpi under mpirun, else threads), threads, mpi "
-                  "(nccl is not selectable yet)")
+                  "(nccl is refused: the trainers have not run over it yet)")
       ->capture_default_str();
   cmd->add_option("--bucket-kb", opt->bucket_kb,
                   "Gradient bucket size in KiB (1 KiB or less: about one bucket per parameter)")

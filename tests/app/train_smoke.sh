@@ -3,7 +3,8 @@
 # checkpoints, a resume that continues where it stopped, the same run on 1 and 3 intra-op threads
 # (bit for bit), a data-parallel run (--dp 2 --trace) whose
 # losses equal the single-rank run's and whose trace `tinyscale trace` draws,
-# tensor, expert-parallel and ZeRO runs that equal their references, an export to the
+# tensor, expert-parallel and ZeRO runs that equal their references, a --dp 2 --pp 2 run on the
+# emulated device equal to the CPU run, --backend nccl refused, an export to the
 # Hugging Face layout, and a config typo that is refused with a suggestion.
 # Usage: train_smoke.sh TINYSCALE SOURCE_DIR
 set -euo pipefail
@@ -182,6 +183,19 @@ grep -q "use --zero 1" "$work/zero_err.txt" || fail "--zero 3 --tp: no clear err
 if "$bin" train "${common[@]}" --dp 3 --zero 1 2> "$work/zero_err.txt"; then fail "--dp 3 was accepted"; fi
 grep -q "to divide by dp (3)" "$work/zero_err.txt" || fail "--dp 3 --zero 1: no clear error"
 
+# the emulated device (chapter 11): --dp 2 --pp 2 on emu trains the CPU run's losses (rel 1e-5),
+# and --backend nccl is refused with the reason
+"$bin" train "${common[@]}" --set "train.checkpoint_dir=\"$work/ckpt_emu\"" --set train.device=emu \
+  --dp 2 --pp 2 --metrics "$work/emu.jsonl" > "$work/emu.txt"
+awk -v a="$(losses "$work/full.jsonl")" -v b="$(losses "$work/emu.jsonl")" 'BEGIN {
+  n = split(a, x, " "); m = split(b, y, " "); if (n != 6 || m != 6) exit 1
+  for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * x[i]) exit 1 } }' ||
+  fail "emu losses ($(losses "$work/emu.jsonl")) differ from the CPU's ($(losses "$work/full.jsonl"))"
+if "$bin" train "${common[@]}" --backend nccl 2> "$work/nccl_err.txt"; then
+  fail "--backend nccl was accepted"
+fi
+grep -q "trainers have not run over it yet" "$work/nccl_err.txt" || fail "--backend nccl: no clear error"
+
 "$bin" export-hf "$work/hf" --checkpoint "$work/ckpt" > /dev/null
 [ -s "$work/hf/config.json" ] && [ -s "$work/hf/model.safetensors" ] || fail "export-hf wrote nothing"
 grep -q '"model_type": *"gpt2"' "$work/hf/config.json" || fail "config.json is not GPT-2's"
@@ -190,4 +204,4 @@ if "$bin" train --config "$src/configs/tiny.toml" --set model.n_embed=32 2> "$wo
   fail "a misspelt key was accepted"
 fi
 grep -q "did you mean 'model.n_embd'" "$work/err.txt" || fail "no suggestion for a misspelt key"
-echo "train_smoke: train, metrics, resume, data parallel with a trace, tensor parallel, expert parallel, ZeRO, export-hf and config errors behave"
+echo "train_smoke: train, metrics, resume, data parallel with a trace, tensor parallel, expert parallel, ZeRO, the emulated device, export-hf and config errors behave"
