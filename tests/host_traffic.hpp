@@ -87,20 +87,25 @@ inline std::string step_traffic_problem(const HostTraffic& traffic, const StepTr
 }
 
 /// The rule every step obeys, whatever its layout: outside the listed-apart sites (the router's,
-/// the vocab-parallel rows'), every copy to the host is one scalar (at most 8 bytes) and every copy
-/// to the device one micro-batch's ids or targets (`batch_bytes`). "" when it holds, else the
-/// copies that break it. For layouts whose exact list depends on the rank (a composed run's
-/// stages): a parameter, gradient or activation read on the host breaks it.
+/// the vocab-parallel rows'), every copy to the host is one scalar (at most 8 bytes), at most
+/// `max_scalars` of them, and every copy to the device one micro-batch's ids or targets
+/// (`batch_bytes`). "" when it holds, else the copies that break it. For layouts whose exact list
+/// depends on the rank (a composed run's stages): a parameter, gradient or activation read on the
+/// host breaks it, and so does a scalar read per parameter.
 inline std::string scalars_and_batches_problem(const std::vector<HostTransfers>& sites,
-                                               std::int64_t batch_bytes) {
+                                               std::int64_t batch_bytes, std::int64_t max_scalars) {
   std::ostringstream out;
+  std::int64_t scalars = 0;
   for (const HostTransfers& t : sites) {
     if (routing_site(t) || vocab_rows_site(t)) continue;
+    if (t.to_host) scalars += t.count;
     const bool ok = t.to_host ? t.bytes <= 8 * t.count : t.bytes == batch_bytes * t.count;
     if (!ok)
       out << (t.to_host ? "to host  " : "to device") << "  " << t.count << " copies  " << t.bytes
           << " bytes  " << t.where << "\n";
   }
+  if (scalars > max_scalars)
+    out << scalars << " scalar reads, expected at most " << max_scalars << "\n";
   return out.str();
 }
 

@@ -13,8 +13,9 @@ namespace detail {
 void check_ids_in_range(const Tensor& ids, std::int64_t limit,
                         std::optional<std::int64_t> allowed_extra, const char* op,
                         const char* what) {
-  // Ids in device memory were checked where they were made (a dataset checks every token against
-  // the vocabulary when it opens); reading them back here would stall a GPU at every step.
+  // Ids in device memory are checked by the device's backend (emu's kernels, CUDA's embedding
+  // flag) and were checked where they were made (a dataset checks every token against the
+  // vocabulary when it opens); reading them back here would stall a GPU at every step.
   if (!ids.device().is_host()) return;
   const std::int64_t* p = ids.data<std::int64_t>();
   for (std::int64_t i = 0; i < ids.numel(); ++i)

@@ -101,7 +101,8 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
            " memory for parameters there, found the ", group.backend(), " backend, which reads ",
            group.reads(Device::Kind::CPU) ? "host" : "device", " memory; train ZeRO on ",
            s.device.str(), " with ",
-           s.device.kind == Device::Kind::Emu ? "the threads backend" : "--backend nccl",
+           s.device.kind == Device::Kind::Emu ? "the threads backend"
+                                              : "the nccl backend (not selectable by train yet)",
            ", or on the CPU");
   for (const auto& p : params) {
     TS_CHECK(p.tensor.device() == s.device, "ZeRO: expected every parameter on one device (",
@@ -271,6 +272,9 @@ void ShardedDataParallel::State::launch_reduce(std::size_t unit) {
   Unit& u = units[unit];
   (void)flat_grad(u); // no gradient on this rank in this pass: it still joins the sum
   if (static_cast<int>(unit) != options.skip_unit) { // skipped: the negative control
+    // The communicator gets the raw buffer: on a GPU the kernels that wrote it (the gradient
+    // accumulation) must be done first, as tensor_comm's staged() makes sure for tensors.
+    backend_for(device).synchronize();
     comm::CountingRegion region(*reduce_comm, "gradient reduce-scatter");
     u.reducing = reduce_scatter_flat(*reduce_comm, u.grad_flat, u.layout);
   }
@@ -282,6 +286,7 @@ void ShardedDataParallel::State::launch_reduce(std::size_t unit) {
 // only waited for.
 void ShardedDataParallel::State::gather(Unit& u, const char* region, bool wait) {
   if (!u.gathered) {
+    backend_for(device).synchronize(); // the shard's last writer (AdamW) is done
     comm::CountingRegion scope(*gather_comm, region);
     u.gathering = gather_flat(*gather_comm, u.param_shard, *u.storage, u.layout, gathered_bytes);
     u.gathered = true;
@@ -447,7 +452,8 @@ void ShardedDataParallel::step(double lr, double clip_factor) {
       backend_of(p).adamw_update(p, m, v, g, k);
     }
   }
-  if (s.options.stage < 3) { // every rank needs every parameter for the next forward
+  if (s.options.stage < 3) {             // every rank needs every parameter for the next forward
+    backend_for(s.device).synchronize(); // the updates are written before the buffers go out
     comm::CountingRegion region(*s.gather_comm, "parameter gather");
     for (Unit& u : s.units) {
       auto* base = static_cast<char*>(u.storage->data.get());

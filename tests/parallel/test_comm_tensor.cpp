@@ -2,6 +2,7 @@
 // sequential reference, and the errors for shapes that do not split and dtypes that disagree.
 #include "rank_checks.hpp"
 
+#include "backend/host_traffic.hpp"
 #include "comm/launch.hpp"
 #include "comm/tensor_comm.hpp"
 #include "require_ts_error.hpp"
@@ -199,4 +200,58 @@ TEST_CASE("all_to_all refuses overlapping send and receive buffers", "[comm][thr
                    Contains("all_to_all on group 'world'") &&
                        Contains("expected disjoint send and recv buffers") &&
                        Contains("pass a separate receive buffer"));
+}
+
+TEST_CASE("tensor collectives and point-to-point on the emulated device give the CPU's results, "
+          "stay on the device and move nothing through the host on threads",
+          "[comm][threads][emu]") {
+  const int n = 3;
+  // Every operation on rank r's [6, 3] tensor, on `device`: the results, copied to the host after
+  // the counted part, and the host traffic of the operations themselves.
+  struct Outcome {
+    std::vector<std::vector<double>> results;
+    std::int64_t copies = 0;
+    bool on_device = true;
+  };
+  auto run_on = [&](Device device) {
+    std::vector<Outcome> outcomes(n);
+    run_threads(n, [&](Communicator& comm) {
+      Outcome& o = outcomes[static_cast<std::size_t>(comm.rank())];
+      const Tensor mine = rank_tensor(comm.rank(), 6).to(device);
+      std::vector<Tensor> results;
+      HostTraffic traffic;
+      {
+        CountHostTraffic scope(traffic);
+        Tensor sum = mine.clone();
+        all_reduce(comm, sum);
+        results.push_back(sum);
+        results.push_back(reduce_scatter(comm, mine));
+        results.push_back(all_gather(comm, mine));
+        Tensor root = mine.clone();
+        broadcast(comm, root, 1);
+        results.push_back(root);
+        results.push_back(all_to_all(comm, mine));
+        Tensor got = Tensor::zeros(mine.shape(), mine.dtype(), device);
+        WorkHandle sent = isend(comm, mine, (comm.rank() + 1) % n, 5);
+        recv(comm, got, (comm.rank() + n - 1) % n, 5);
+        sent->wait();
+        results.push_back(got);
+      }
+      o.copies = traffic.copies_to_host() + traffic.copies_to_device();
+      for (const Tensor& t : results) {
+        o.on_device = o.on_device && t.device() == device;
+        o.results.push_back(t.to_vector());
+      }
+    });
+    return outcomes;
+  };
+  const std::vector<Outcome> cpu = run_on(Device::cpu()), emu = run_on(Device::emu());
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    const Outcome& c = cpu[static_cast<std::size_t>(r)];
+    const Outcome& e = emu[static_cast<std::size_t>(r)];
+    CHECK(e.results == c.results);
+    CHECK(e.on_device);
+    CHECK(e.copies == 0);
+  }
 }

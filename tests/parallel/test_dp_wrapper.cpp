@@ -30,7 +30,7 @@ io::RunConfig tiny() {
 }
 } // namespace
 
-TEST_CASE("Data parallel replicas start from rank 0's parameters", "[parallel][dp]") {
+TEST_CASE("Data parallel replicas start from rank 0's parameters", "[parallel][dp][host]") {
   REQUIRE_NOTHROW(comm::run_threads(
       3,
       [](comm::Communicator& world) {
@@ -51,7 +51,7 @@ TEST_CASE("Data parallel replicas start from rank 0's parameters", "[parallel][d
 }
 
 TEST_CASE("With overlap every bucket leaves during backward, and without it none does",
-          "[parallel][dp]") {
+          "[parallel][dp][host]") {
   for (bool overlap : {true, false}) {
     INFO("overlap " << overlap);
     REQUIRE_NOTHROW(comm::run_threads(
@@ -74,7 +74,7 @@ TEST_CASE("With overlap every bucket leaves during backward, and without it none
 
 TEST_CASE("A gradient present on some ranks is summed over them, and one absent everywhere stays "
           "absent",
-          "[parallel][dp]") {
+          "[parallel][dp][host]") {
   REQUIRE_NOTHROW(comm::run_threads(
       2,
       [](comm::Communicator& world) {
@@ -101,7 +101,7 @@ TEST_CASE("A gradient present on some ranks is summed over them, and one absent 
 }
 
 TEST_CASE("Two synchronising backward passes without finishing the first are refused",
-          "[parallel][dp]") {
+          "[parallel][dp][host]") {
   std::string message;
   try {
     comm::run_threads(
@@ -121,7 +121,7 @@ TEST_CASE("Two synchronising backward passes without finishing the first are ref
 }
 
 TEST_CASE("A batch that does not divide by dp x micro_batches is refused before any work",
-          "[parallel][dp]") {
+          "[parallel][dp][host]") {
   std::string message;
   try {
     comm::run_threads(2, [](comm::Communicator& world) {

@@ -71,7 +71,7 @@ const Groups kSingles = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
 } // namespace
 
 TEST_CASE("mesh on 8 threads, tp=2 dp=2 pp=2, tp innermost: every group as written by hand",
-          "[parallel]") {
+          "[parallel][host]") {
   const auto seen = observe(MeshLayout({.dp = 2, .tp = 2, .pp = 2}, "tp-cp-ep-dp-pp"), {});
   REQUIRE(seen[0].size() == 8);
   check_groups(seen, "tp", {{0, 1}, {2, 3}, {4, 5}, {6, 7}});
@@ -84,7 +84,8 @@ TEST_CASE("mesh on 8 threads, tp=2 dp=2 pp=2, tp innermost: every group as writt
   check_groups(seen, "tp x pp", {{0, 1, 4, 5}, {2, 3, 6, 7}});
 }
 
-TEST_CASE("mesh on 8 threads, the same sizes with order dp-tp-pp: different groups", "[parallel]") {
+TEST_CASE("mesh on 8 threads, the same sizes with order dp-tp-pp: different groups",
+          "[parallel][host]") {
   const auto seen = observe(MeshLayout({.dp = 2, .tp = 2, .pp = 2}, "dp-tp-pp"), {});
   check_groups(seen, "dp", {{0, 1}, {2, 3}, {4, 5}, {6, 7}});
   check_groups(seen, "tp", {{0, 2}, {1, 3}, {4, 6}, {5, 7}});
@@ -93,7 +94,7 @@ TEST_CASE("mesh on 8 threads, the same sizes with order dp-tp-pp: different grou
 }
 
 TEST_CASE("mesh on 8 threads with tp=2 cp=2 ep=2: the data-parallel combinations and an extra",
-          "[parallel]") {
+          "[parallel][host]") {
   // rank = tp + 2 cp + 4 ep (dp = pp = 1)
   const auto seen = observe(MeshLayout({.tp = 2, .ep = 2, .cp = 2}), {parse_axis_set("tp x cp")});
   REQUIRE(seen[0].size() == 9);
@@ -106,7 +107,7 @@ TEST_CASE("mesh on 8 threads with tp=2 cp=2 ep=2: the data-parallel combinations
 }
 
 TEST_CASE("a mesh whose sizes do not match the world fails on every rank with the sizes",
-          "[parallel]") {
+          "[parallel][host]") {
   const MeshLayout layout({.dp = 2, .tp = 4});
   REQUIRE_TS_ERROR(comm::run_threads(
                        4, [&](comm::Communicator& world) { Mesh(world, layout); },
@@ -114,7 +115,8 @@ TEST_CASE("a mesh whose sizes do not match the world fails on every rank with th
                    Contains("world size 4") && Contains("= 8"));
 }
 
-TEST_CASE("asking a mesh for a group it did not create lists the groups it has", "[parallel]") {
+TEST_CASE("asking a mesh for a group it did not create lists the groups it has",
+          "[parallel][host]") {
   std::vector<std::string> messages(2);
   comm::run_threads(
       2,

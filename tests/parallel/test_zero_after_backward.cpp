@@ -47,7 +47,7 @@ Tensor grad_of(const Tensor& p, std::size_t i, int r, int s) {
 
 TEST_CASE("ZeRO-1 over 3 ranks updates like one AdamW on the summed gradients, padding and "
           "parameters without gradients included",
-          "[zero][ex10.3]") {
+          "[zero][ex10.3][host]") {
   optim::OptimConfig config;
   config.weight_decay = 0.1;
   constexpr int N = 3, kSteps = 2;

@@ -21,7 +21,7 @@ constexpr int kRanks = 3;
 
 TEST_CASE("The in-place reduce-scatter of a flat gradient leaves each rank the sum of its own "
           "shard at its own offset",
-          "[parallel][zero][ex7.2]") {
+          "[parallel][zero][ex7.2][host]") {
   const zero::ShardLayout layout = zero::shard_layout(7, kRanks); // 3 shards of 3: 2 padding
   std::mutex mutex;
   std::vector<std::string> problems;
@@ -67,7 +67,7 @@ TEST_CASE("The in-place reduce-scatter of a flat gradient leaves each rank the s
 
 TEST_CASE("Stage 3's gather fills the storage the parameters view from every rank's shard, "
           "counts its bytes, and a released unit cannot be read",
-          "[parallel][zero][ex7.3]") {
+          "[parallel][zero][ex7.3][host]") {
   const zero::ShardLayout layout = zero::shard_layout(8, kRanks); // shards of 3, padded to 9
   std::mutex mutex;
   std::vector<std::string> problems;

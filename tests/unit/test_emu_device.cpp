@@ -24,7 +24,8 @@ io::RunConfig small_dense_run(const std::string& device) {
 }
 } // namespace
 
-TEST_CASE("Tensors on the emulated device compute what CPU tensors compute, bit for bit", "[emu]") {
+TEST_CASE("Forward ops on the emulated device compute what they compute on the CPU, bit for bit",
+          "[emu]") {
   const Tensor a = Tensor::randn({3, 5, 8}, 1), b = Tensor::randn({8, 6}, 2);
   const Tensor g = Tensor::randn({6}, 3), beta = Tensor::randn({6}, 4);
   auto run = [&](Device d) {
@@ -97,7 +98,7 @@ TEST_CASE("After warm-up a one-rank step on emu moves only the batch and the doc
     trainer.train_step();
   }
   REQUIRE(step_traffic_problem(traffic, shape) == "");
-  REQUIRE(scalars_and_batches_problem(traffic.sites(), shape.rows * shape.seq_len * 8) == "");
+  REQUIRE(scalars_and_batches_problem(traffic.sites(), shape.rows * shape.seq_len * 8, 8) == "");
 
   SECTION("negative control: the same step plus one parameter copied to the host") {
     traffic.reset();
@@ -109,7 +110,7 @@ TEST_CASE("After warm-up a one-rank step on emu moves only the batch and the doc
     const std::string problem = step_traffic_problem(traffic, shape);
     CHECK_THAT(problem, Contains("tests/unit/test_emu_device.cpp:"));
     // the layout-independent rule of the composed runs' test catches it too
-    CHECK_THAT(scalars_and_batches_problem(traffic.sites(), shape.rows * shape.seq_len * 8),
+    CHECK_THAT(scalars_and_batches_problem(traffic.sites(), shape.rows * shape.seq_len * 8, 8),
                Contains("tests/unit/test_emu_device.cpp:"));
   }
   SECTION("negative control: a parameter read through data<T>() fails at once") {
@@ -144,4 +145,22 @@ TEST_CASE("A mixture-of-experts model on the emulated device trains what it trai
                                0,
                                true};
   REQUIRE(step_traffic_problem(traffic, shape) == "");
+}
+
+TEST_CASE("Ids out of range on the emulated device fail on the device, as a GPU kernel's trap "
+          "would, and cross-entropy refuses logits and targets on two devices",
+          "[emu]") {
+  const Device emu = Device::emu();
+  const Tensor table = Tensor::randn({5, 4}, 1, 0, DType::Float32, 0.0, 1.0, 0, emu);
+  REQUIRE_THROWS_WITH(embedding(Tensor::from_ids({1, 6}, {2}, emu), table),
+                      Contains("embedding on emu") && Contains("found 6 at position 1"));
+  const Tensor logits = Tensor::randn({2, 5}, 2, 0, DType::Float32, 0.0, 1.0, 0, emu);
+  REQUIRE_THROWS_WITH(cross_entropy(logits, Tensor::from_ids({7, 0}, {2}, emu)),
+                      Contains("cross_entropy on emu") && Contains("found 7 at position 0"));
+  REQUIRE_THROWS_WITH(scatter_add_rows(table, Tensor::from_ids({0, 1, 2, 9, 3}, {5}, emu), 5),
+                      Contains("embedding_backward on emu") && Contains("found 9"));
+  REQUIRE_THROWS_WITH(cross_entropy(logits, Tensor::from_ids({1, 0}, {2})),
+                      Contains("one device") && Contains("emu:0 and cpu"));
+  // the ignore index is not out of range
+  REQUIRE(std::isfinite(cross_entropy(logits, Tensor::from_ids({-100, 3}, {2}, emu)).item()));
 }
