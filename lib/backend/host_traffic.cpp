@@ -57,7 +57,7 @@ CountHostTraffic::CountHostTraffic(HostTraffic& traffic) : previous_(active) {
 
 CountHostTraffic::~CountHostTraffic() { active = previous_; }
 
-void record_host_transfer(bool to_host, std::size_t bytes, const std::source_location& where) {
+void record_host_transfer(bool to_host, std::size_t bytes, const CallSite& where) {
   if (!active) return;
   std::string site = site_name(where);
   std::lock_guard lock(active->mutex);
@@ -68,8 +68,8 @@ void record_host_transfer(bool to_host, std::size_t bytes, const std::source_loc
   s.bytes += static_cast<std::int64_t>(bytes);
 }
 
-std::string site_name(const std::source_location& where) {
-  std::string file = where.file_name();
+std::string site_name(const CallSite& where) {
+  std::string file = where.file;
   // The project's top-level source folders; anything else keeps its file name only.
   std::size_t cut = std::string::npos;
   for (const char* top : {"lib/", "apps/", "tests/", "kernels/", "chapters/", "exercises/"}) {
@@ -78,7 +78,7 @@ std::string site_name(const std::source_location& where) {
     if (file.rfind(top, 0) == 0 && cut == std::string::npos) cut = 0;
   }
   if (cut == std::string::npos) cut = file.find_last_of('/') + 1; // npos + 1 == 0
-  return file.substr(cut) + ":" + std::to_string(where.line());
+  return file.substr(cut) + ":" + std::to_string(where.line);
 }
 
 } // namespace tinyscale

@@ -7,9 +7,10 @@
 // calling thread's scope; tinyscale issues every host transfer from the rank's own thread.
 #pragma once
 
+#include "core/call_site.hpp"
+
 #include <cstdint>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -61,9 +62,9 @@ private:
 };
 
 /// For Tensor::to: records one copy of `bytes` in the calling thread's scope, if any.
-void record_host_transfer(bool to_host, std::size_t bytes, const std::source_location& where);
+void record_host_transfer(bool to_host, std::size_t bytes, const CallSite& where);
 
 /// `where` as "dir/file.cpp:line", the path cut to start at the project's top-level folder.
-std::string site_name(const std::source_location& where);
+std::string site_name(const CallSite& where);
 
 } // namespace tinyscale

@@ -74,8 +74,7 @@ void check_usable(const Communicator& comm, const Tensor& t, const char* op, con
 // The buffer the communicator reads: the tensor itself when it reads the tensor's memory, else a
 // host copy (counted host traffic). A device buffer is handed over only once the compute stream
 // has written it.
-Tensor staged(const Communicator& comm, const Tensor& t,
-              std::source_location where = std::source_location::current()) {
+Tensor staged(const Communicator& comm, const Tensor& t, CallSite where = CallSite::current()) {
   if (t.device().is_host()) return t;
   if (!comm.reads(t.device().kind)) return t.to(Device::cpu(), where);
   backend_of(t).synchronize();

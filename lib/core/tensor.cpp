@@ -54,7 +54,7 @@ Tensor Tensor::scalar(double value, DType dtype, Device device) {
 }
 
 Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype,
-                           Device device, std::source_location where) {
+                           Device device, CallSite where) {
   TS_CHECK(static_cast<std::int64_t>(values.size()) == shape.numel(),
            "Tensor::from_vector: expected ", shape.numel(), " values for shape ", shape.str(),
            ", found ", values.size());
@@ -65,7 +65,7 @@ Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape
 }
 
 Tensor Tensor::from_ids(const std::vector<std::int64_t>& ids, const Shape& shape, Device device,
-                        std::source_location where) {
+                        CallSite where) {
   TS_CHECK(static_cast<std::int64_t>(ids.size()) == shape.numel(), "Tensor::from_ids: expected ",
            shape.numel(), " ids for shape ", shape.str(), ", found ", ids.size());
   Tensor host = empty(shape, DType::Int64, Device::cpu());
@@ -104,11 +104,11 @@ void* Tensor::device_ptr() const {
          im.offset * static_cast<std::int64_t>(dtype_size(im.dtype));
 }
 
-void* Tensor::raw_data(std::source_location where) const {
+void* Tensor::raw_data(CallSite where) const {
   TS_CHECK(device().is_host(), "Tensor '", name().empty() ? "(unnamed)" : name(), "' ",
            shape().str(), " ", dtype_name(dtype()), ": expected host memory for a host read or ",
-           "write at ", site_name(where), " (", where.function_name(), "), found it on ",
-           device().str(), " (device memory). Copy it with .to(Device::cpu()), read a scalar with ",
+           "write at ", site_name(where), " (", where.function, "), found it on ", device().str(),
+           " (device memory). Copy it with .to(Device::cpu()), read a scalar with ",
            "item(), or do the work with a backend op on the device");
   return device_ptr();
 }
@@ -118,14 +118,14 @@ void Tensor::check_element_type(DType requested) const {
            ", found a request for ", dtype_name(requested));
 }
 
-std::vector<double> Tensor::to_vector(std::source_location where) const {
+std::vector<double> Tensor::to_vector(CallSite where) const {
   Tensor host = device().is_host() ? *this : to(Device::cpu(), where);
   Tensor d = host.dtype() == DType::Float64 ? host : host.to(DType::Float64);
   const double* p = d.data<double>();
   return std::vector<double>(p, p + numel());
 }
 
-double Tensor::item(std::source_location where) const {
+double Tensor::item(CallSite where) const {
   TS_CHECK(numel() == 1, "Tensor::item: expected a tensor with one element, found shape ",
            shape().str());
   return to_vector(where)[0];
@@ -176,7 +176,7 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
-Tensor Tensor::to(Device target, std::source_location where) const {
+Tensor Tensor::to(Device target, CallSite where) const {
   if (target == device()) return clone();
   Tensor out = empty(shape(), dtype(), target);
   std::size_t bytes = static_cast<std::size_t>(numel()) * dtype_size(dtype());
@@ -193,7 +193,7 @@ Tensor Tensor::to(Device target, std::source_location where) const {
   return out;
 }
 
-void Tensor::copy_(const Tensor& src, std::source_location where) {
+void Tensor::copy_(const Tensor& src, CallSite where) {
   TS_CHECK(src.shape() == shape(), "Tensor::copy_: expected a source of shape ", shape().str(),
            ", found ", src.shape().str());
   TS_CHECK(src.dtype() == dtype(), "Tensor::copy_: expected a source of dtype ",

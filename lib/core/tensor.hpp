@@ -5,6 +5,7 @@
 // the graph holds itself alive.
 #pragma once
 
+#include "core/call_site.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/shape.hpp"
@@ -12,7 +13,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -72,11 +72,10 @@ public:
   /// Copies host values into a new tensor of `shape` (values.size() must equal numel).
   static Tensor from_vector(const std::vector<double>& values, const Shape& shape,
                             DType dtype = DType::Float32, Device device = Device::cpu(),
-                            std::source_location where = std::source_location::current());
+                            CallSite where = CallSite::current());
   /// Integer tensor (token ids, targets) from host values.
   static Tensor from_ids(const std::vector<std::int64_t>& ids, const Shape& shape,
-                         Device device = Device::cpu(),
-                         std::source_location where = std::source_location::current());
+                         Device device = Device::cpu(), CallSite where = CallSite::current());
   /// Standard-normal values (times `std`, plus `mean`) at positions offset.. of a Philox stream.
   static Tensor randn(const Shape& shape, std::uint64_t seed, std::uint64_t stream = 0,
                       DType dtype = DType::Float32, double mean = 0.0, double std = 1.0,
@@ -102,13 +101,12 @@ public:
   /// Typed pointer to the first element, for host code; T must match dtype(). Throws for a
   /// tensor in device memory (cuda, emu), naming the tensor and `where`, the caller: host code
   /// reads device tensors through to(Device::cpu()), item() or to_vector(), which are counted.
-  template <typename T>
-  T* data(std::source_location where = std::source_location::current()) const {
+  template <typename T> T* data(CallSite where = CallSite::current()) const {
     check_element_type(dtype_of<T>());
     return static_cast<T*>(raw_data(where));
   }
   /// The untyped form of data<T>(): host code only.
-  void* raw_data(std::source_location where = std::source_location::current()) const;
+  void* raw_data(CallSite where = CallSite::current()) const;
   /// Typed address of the first element in the tensor's own memory, for a backend's kernels and
   /// a communicator's transfers, which run where that memory is. Host code never dereferences
   /// it (that is what data<T>() checks).
@@ -119,9 +117,9 @@ public:
   /// The untyped form of device_data<T>().
   void* device_ptr() const;
   /// The elements as doubles, copied to the host (any dtype, any device).
-  std::vector<double> to_vector(std::source_location where = std::source_location::current()) const;
+  std::vector<double> to_vector(CallSite where = CallSite::current()) const;
   /// The element of a one-element tensor (copied to the host).
-  double item(std::source_location where = std::source_location::current()) const;
+  double item(CallSite where = CallSite::current()) const;
   /// A short printable form: shape, dtype and (for small tensors) the values.
   std::string str() const;
 
@@ -137,10 +135,10 @@ public:
   Tensor to(DType dtype) const;
   /// Copies to another device (not differentiable). A copy between host and device is counted
   /// (host_traffic.hpp) under `where`, the caller.
-  Tensor to(Device device, std::source_location where = std::source_location::current()) const;
+  Tensor to(Device device, CallSite where = CallSite::current()) const;
   /// Copies `src` (same shape and dtype, any device) into this tensor's storage; not recorded by
   /// autograd. A copy between host and device is counted under `where`.
-  void copy_(const Tensor& src, std::source_location where = std::source_location::current());
+  void copy_(const Tensor& src, CallSite where = CallSite::current());
   /// Fills with `value` in place; not recorded by autograd.
   void fill_(double value);
 
