@@ -23,6 +23,18 @@ constexpr double kMinParallelFlops = 8.0 * (1 << 20);
 // Blocks of rows or columns start at multiples of this (see the file comment).
 constexpr std::int64_t kBlockAlign = 96;
 
+#ifdef TINYSCALE_SAME_BITS
+// Eigen sizes its GEMM blocks (and so the order of each element's sum over k) from the cache
+// sizes the CPU reports; fixed sizes make a product's bits the same on every machine. These are
+// those of the AMD Zen 3 core the chapters' outputs were recorded on (32 KiB L1d, 512 KiB L2,
+// 32 MiB L3); on a machine with other caches the blocks fit a little worse, the results do not
+// change. Set before main(), so before any product and any thread.
+[[maybe_unused]] const bool kFixedCacheSizes = [] {
+  Eigen::setCpuCacheSizes(32 * 1024, 512 * 1024, 32 * 1024 * 1024);
+  return true;
+}();
+#endif
+
 // C[i0:i1, j0:j1] of one matrix of the batch: alpha op(A)[i0:i1, :] op(B)[:, j0:j1] + beta C.
 template <typename T>
 void gemm_block(const GemmArgs& g, const T* pa, const T* pb, T* pc, std::int64_t i0,
