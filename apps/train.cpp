@@ -267,14 +267,14 @@ void run_train(TrainOptions opt) {
   plan.bucket_bytes = opt.bucket_kb * 1024;
   plan.overlap = !opt.no_overlap;
   plan.prefetch = !opt.no_prefetch;
-  const comm::Backend backend = comm::parse_backend(opt.backend);
-  TS_CHECK(
-      backend != comm::Backend::Nccl, "train: --backend nccl: expected auto, threads or mpi; ",
-      "the nccl backend is compiled and tested at world size 1 on a GPU (label cuda), but the ",
-      "trainers have not run over it yet (some of their collectives still pass host buffers, ",
-      "which NCCL cannot read). Use --backend mpi under mpirun (device tensors are staged ",
-      "through the host)");
-  const bool threads = comm::resolve_backend(backend) == comm::Backend::Threads;
+  // Auto picks nccl for a GPU under mpirun; nccl reads only GPU memory, so it needs cuda.
+  const comm::Backend backend = comm::resolve_backend(comm::parse_backend(opt.backend),
+                                                      train::parse_device(config.train.device));
+  TS_CHECK(backend != comm::Backend::Nccl || config.train.device == "cuda",
+           "train: --backend nccl: expected train.device = \"cuda\" (nccl reads only GPU ",
+           "memory), found \"", config.train.device, "\"; set --set train.device=\"cuda\" ",
+           "or use --backend mpi");
+  const bool threads = backend == comm::Backend::Threads;
   // On threads the world is known now: refuse a bad plan before any rank starts (under mpirun
   // every rank checks it in make_run, once -np has decided the world).
   if (threads) fourd::check_plan(plan.for_world(plan.threads_world()), config, opt.trace_path);
@@ -306,8 +306,9 @@ void add_train(CLI::App& app) {
       "Train a GPT-2 (or MoE) model on one CPU rank, data parallel (--dp N, mpirun), "
       "tensor parallel (--tp N [--sp]), pipelined (--pp N), expert parallel (--ep N), with "
       "ZeRO (--zero 1|2|3), or any combination of them on one mesh (chapter 10). Where it runs: "
-      "train.device = cpu (every layout), cuda (one GPU per rank; every layout but --zero) or emu "
-      "(the emulated device that proves the GPU path on a CPU: every layout; chapter 11)");
+      "train.device = cpu, cuda (ranks as threads sharing one GPU, or one GPU per process with "
+      "nccl; ZeRO needs threads or nccl there) or emu (the emulated device that proves the GPU "
+      "path on a CPU; chapter 11); every layout runs on each");
   cmd->add_option("--config", opt->config,
                   "TOML run config, e.g. configs/tiny.toml (required, except with --list-keys)")
       ->option_text("FILE");
@@ -396,8 +397,10 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--no-prefetch", opt->no_prefetch,
                 "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,
-                  "Where the ranks run: auto (mpi under mpirun, else threads), threads, mpi "
-                  "(nccl is refused: the trainers have not run over it yet)")
+                  "Where the ranks run: auto (under mpirun: nccl when train.device = cuda and "
+                  "NCCL is built, else mpi; otherwise threads), threads (ranks as threads; on a "
+                  "device they share it, moving buffers device to device), mpi (device tensors "
+                  "staged through the host) or nccl (one GPU per process, under mpirun)")
       ->capture_default_str();
   cmd->add_option("--bucket-kb", opt->bucket_kb,
                   "Gradient bucket size in KiB (1 KiB or less: about one bucket per parameter)")

@@ -65,6 +65,7 @@ std::int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.numel() / t
 // ---- memory ------------------------------------------------------------------------------------
 
 std::shared_ptr<void> CudaBackend::allocate(std::size_t bytes) {
+  allocated_.store(true, std::memory_order_relaxed);
   return kernels::caching_allocator().allocate(bytes, kernels::current_stream_id());
 }
 
@@ -84,6 +85,25 @@ void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
 void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0 || dst == src) return;
   TS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, current_stream()));
+}
+
+bool CudaBackend::owns(const void* ptr) const {
+  if (ptr == nullptr || !allocated_.load(std::memory_order_relaxed)) return false;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    (void)cudaGetLastError(); // a pointer the driver does not know: not ours
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
+void CudaBackend::reduce_buffers(void* acc, const void* in, std::int64_t count, DType dtype,
+                                 BufferReduce op) {
+  kernels::reduce_buffers(acc, in, dtype, count, op, current_stream());
+}
+
+void CudaBackend::divide_buffer(void* buffer, std::int64_t count, DType dtype, double divisor) {
+  kernels::divide_buffer(buffer, dtype, count, divisor, current_stream());
 }
 
 void CudaBackend::cast(const Tensor& src, Tensor& out) {

@@ -8,6 +8,8 @@
 
 #include "backend/backend.hpp"
 
+#include <atomic>
+
 namespace tinyscale {
 
 /// Backend for Device::cuda(0).
@@ -19,6 +21,11 @@ public:
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override;
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override;
   void copy(void* dst, const void* src, std::size_t bytes) override;
+  /// Asks the driver (cudaPointerGetAttributes), once this backend has allocated anything.
+  bool owns(const void* ptr) const override;
+  void reduce_buffers(void* acc, const void* in, std::int64_t count, DType dtype,
+                      BufferReduce op) override;
+  void divide_buffer(void* buffer, std::int64_t count, DType dtype, double divisor) override;
   void cast(const Tensor& src, Tensor& out) override;
   void fill(Tensor& out, double value) override;
 
@@ -65,6 +72,9 @@ public:
                           Tensor& dk, Tensor& dv) override;
 
   void synchronize() override;
+
+private:
+  std::atomic<bool> allocated_{false}; // owns() asks the driver only after the first allocation
 };
 
 /// The process's CUDA backend (backend_for(Device::cuda()) returns it in a CUDA build).

@@ -44,6 +44,13 @@ void activation_grad(ActivationGrad op, const void* x, const void* grad_out, voi
 /// out[i] += a[i].
 void accumulate(void* out, const void* a, DType dtype, std::int64_t n, cudaStream_t stream);
 
+// ---- reduce_buffers.cu ----------------------------------------------------------------------
+/// acc[i] = acc[i] + in[i] (or the larger) for float32, float64, int64 and bfloat16 (in float32).
+void reduce_buffers(void* acc, const void* in, DType dtype, std::int64_t n, BufferReduce op,
+                    cudaStream_t stream);
+/// buffer[i] /= divisor (float32, float64, bfloat16).
+void divide_buffer(void* buffer, DType dtype, std::int64_t n, double divisor, cudaStream_t stream);
+
 // ---- layout.cu ------------------------------------------------------------------------------
 /// out[o] = sum of a over the elements that broadcast to o. `index` describes a (dims = a's dims,
 /// a_strides = a's own strides, b_strides = out's strides, 0 along the summed axes); `out_n`

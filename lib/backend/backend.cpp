@@ -41,6 +41,16 @@ Backend& backend_for(Device device) {
   return *b;
 }
 
+Device memory_of(const void* ptr) {
+  // emu first: its check is a lookup in this process; the CUDA backend asks the driver only once
+  // it has allocated something (a CPU run never touches the driver).
+  for (Device::Kind kind : {Device::Kind::Emu, Device::Kind::CUDA}) {
+    const Backend* b = registry()[static_cast<std::size_t>(kind)];
+    if (b != nullptr && b->owns(ptr)) return Device{kind, 0};
+  }
+  return Device::cpu();
+}
+
 void Backend::attention_forward(const Tensor&, const Tensor&, const Tensor&, double, Tensor&,
                                 Tensor&) {
   TS_CHECK(false, "attention_forward: expected a backend with fused attention, found the ", name(),

@@ -32,6 +32,9 @@ enum class UnaryOp {
   Relu
 };
 
+/// How reduce_buffers combines two buffers (a collective's Sum and Avg both add).
+enum class BufferReduce { Add, Max };
+
 /// Gradients of activations: grad_in = grad_out * f'(x).
 enum class ActivationGrad { Gelu, Relu };
 
@@ -70,6 +73,21 @@ public:
   virtual void copy_from_host(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  /// True when `ptr` points into memory this backend allocated and has not freed (the CPU
+  /// backend's is the host's: false). How a communicator tells device buffers from host ones.
+  virtual bool owns(const void* ptr) const {
+    (void)ptr;
+    return false;
+  }
+
+  // the reduction step of a collective whose buffers live in this backend's memory (the threads
+  // backend moving device buffers, chapter 11); raw buffers, because collectives are raw
+  /// acc[i] = acc[i] + in[i] (or the larger of the two) for `count` elements of `dtype`;
+  /// bfloat16 computes in float32 and rounds once per call.
+  virtual void reduce_buffers(void* acc, const void* in, std::int64_t count, DType dtype,
+                              BufferReduce op) = 0;
+  /// buffer[i] = buffer[i] / divisor, an average's last step (floating dtypes only).
+  virtual void divide_buffer(void* buffer, std::int64_t count, DType dtype, double divisor) = 0;
   /// Converts `src` into `out` (same shape, other dtype).
   virtual void cast(const Tensor& src, Tensor& out) = 0;
   virtual void fill(Tensor& out, double value) = 0;
@@ -164,6 +182,9 @@ public:
 Backend& backend_for(Device device);
 /// The backend of tensor `t`'s device.
 inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+/// The device whose memory `ptr` points into: the device of the backend that owns() it, else the
+/// host. For code that is handed raw buffers (a communicator) and must move them the right way.
+Device memory_of(const void* ptr);
 /// Installs the backend for a device kind (the CUDA backend registers itself at start-up).
 void register_backend(Device::Kind kind, Backend* backend);
 

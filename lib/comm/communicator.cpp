@@ -28,6 +28,12 @@ CommOptions default_comm_options() {
              env, "'; unset it to use the default of 60 s");
     options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
   }
+  if (const char* env = std::getenv("TINYSCALE_COMM_DEVICE_ONLY")) {
+    TS_CHECK(std::string(env) == "emu", "TINYSCALE_COMM_DEVICE_ONLY: expected emu (the threads ",
+             "backend then reads only emulated-device memory, as nccl reads only a GPU's), found '",
+             env, "'; unset it to let the threads backend read every memory");
+    options.device_only = Device::emu();
+  }
   return options;
 }
 

@@ -31,6 +31,11 @@ struct CommOptions {
   /// backend always checks (the message headers carry the sizes); mpi and nccl check only when
   /// this is set, because it costs one extra small collective per call.
   bool check_sizes = false;
+  /// The threads backend only: when set, it reads only this device's memory, exactly as nccl
+  /// reads only its GPU's. Host tensors are staged by the tensor layer, and a raw host buffer is
+  /// an Error naming the call. With emu this is nccl's stand-in on a machine without a GPU: it
+  /// proves that a trainer hands nccl nothing it cannot read. TINYSCALE_COMM_DEVICE_ONLY=emu.
+  std::optional<Device> device_only;
 };
 
 /// The default options, with the timeout taken from TINYSCALE_COMM_TIMEOUT_S when it is set.
@@ -77,9 +82,12 @@ public:
   /// "threads", "mpi" or "nccl".
   virtual const char* backend() const = 0;
   /// True when the buffers handed to this communicator may live in `memory`: host memory (mpi),
-  /// host or emulated-device memory (threads), CUDA memory (nccl). The tensor layer
-  /// (tensor_comm.hpp) stages a tensor through the host, counted, when its memory is not read.
+  /// any memory of the process (threads), CUDA memory (nccl). The tensor layer (tensor_comm.hpp)
+  /// stages a tensor it cannot read through memory it can, counted as host traffic.
   virtual bool reads(Device::Kind memory) const { return memory == Device::Kind::CPU; }
+  /// Where the tensor layer stages a host tensor when this communicator cannot read host memory
+  /// (nccl: its GPU); the host for every communicator that can.
+  virtual Device staging_device() const { return Device::cpu(); }
   /// The world rank of group rank `group_rank` (for messages and traces).
   virtual int world_rank(int group_rank) const = 0;
   /// The deadline of blocking operations.

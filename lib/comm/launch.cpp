@@ -104,9 +104,12 @@ template <typename Step> void abort_world_on_failure(const MpiRuntime& runtime, 
 
 } // namespace
 
-Backend resolve_backend(Backend backend) {
+Backend resolve_backend(Backend backend, Device device) {
   if (backend == Backend::Auto) {
     if (!launched_by_mpirun()) return Backend::Threads;
+    // nccl bootstraps over MPI, so it needs the mpi backend built too.
+    if (device.kind == Device::Kind::CUDA && built_with_nccl() && built_with_mpi())
+      return Backend::Nccl;
     if (built_with_mpi()) return Backend::Mpi;
     throw Error("this process was started by mpirun, but this build has no mpi backend, so every "
                 "process would run a world of its own; rebuild with MPI (scripts/setup, then "

@@ -29,8 +29,10 @@ bool built_with_mpi();
 bool built_with_nccl();
 /// True when this process was started by mpirun/mpiexec (Open MPI, MPICH or PMIx variables).
 bool launched_by_mpirun();
-/// The backend Auto stands for in this process.
-Backend resolve_backend(Backend backend);
+/// The backend Auto stands for in this process, for a model on `device`: under mpirun, nccl
+/// when the model is on a GPU and this build has NCCL, else mpi; threads without mpirun. Any
+/// other backend is checked against the build and returned.
+Backend resolve_backend(Backend backend, Device device = Device::cpu());
 
 /// A rank's function: called once per rank with that rank's world communicator.
 using RankFunction = std::function<void(Communicator& world)>;

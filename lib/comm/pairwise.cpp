@@ -3,11 +3,11 @@
 // no rank is flooded. The easy thing to get wrong: blocks have different sizes (all_to_all_v),
 // so offsets come from prefix sums of the counts, and recv_counts[i] must equal what i sends.
 #include "comm/algorithms.hpp"
+#include "comm/buffers.hpp"
 
 #include "core/error.hpp"
 
 #include <cstddef>
-#include <cstring>
 #include <vector>
 
 namespace tinyscale::comm {
@@ -47,7 +47,7 @@ void pairwise_all_to_all_v(Transport& t, const void* send,
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
 
-  if (send_counts[r] > 0) std::memcpy(out + recv_at[r], in + send_at[r], send_counts[r] * elem);
+  copy_bytes(out + recv_at[r], in + send_at[r], static_cast<std::size_t>(send_counts[r]) * elem);
   t.set_phase("pairwise exchange");
   for (int s = 1; s < n; ++s) {
     const int dst = (r + s) % n;

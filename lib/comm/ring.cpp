@@ -3,15 +3,14 @@
 // step a send_recv, so the ring cannot deadlock even when a send blocks until it is matched.
 // The easy thing to get wrong: which chunk moves at step s. Each function states its invariant.
 #include "comm/algorithms.hpp"
+#include "comm/buffers.hpp"
 #include "comm/reduce.hpp"
 
 #include "core/error.hpp"
 
 #include <cstddef>
-#include <cstring>
 #include <memory>
 #include <utility>
-#include <vector>
 
 namespace tinyscale::comm {
 
@@ -43,10 +42,10 @@ void ring_all_reduce(Transport& t, void* buffer, std::int64_t count, DType dtype
   const int left = mod(r - 1, n);
   const int right = mod(r + 1, n);
   // One chunk of scratch for what arrives from the left (the largest chunk is ceil(count / N)),
-  // left uninitialised: zeroing it would cost a pass over 1/N of the buffer per call, and one
-  // rank needs none (its chunk is the whole buffer, and nothing arrives).
+  // where the buffer lives (host or device), left uninitialised: zeroing it would cost a pass
+  // over 1/N of the buffer per call, and one rank needs none (its chunk is the whole buffer).
   const std::size_t scratch = n > 1 ? static_cast<std::size_t>(chunk_count(n - 1)) * elem : 0;
-  const auto incoming = std::make_unique_for_overwrite<std::byte[]>(scratch);
+  const std::shared_ptr<void> incoming = scratch_like(buffer, scratch);
 
   // Reduce-scatter. Invariant: after step s, chunk r-s-1 here holds the sum of s+2 ranks' values.
   // After N-1 steps rank r owns chunk r+1, reduced over all N ranks.
@@ -83,22 +82,23 @@ void ring_reduce_scatter(Transport& t, const void* send, void* recv, std::int64_
   const int left = mod(r - 1, n);
   const int right = mod(r + 1, n);
   // `send` is read-only, so partial sums live in `partial`; `incoming` receives the next one.
-  std::vector<std::byte> partial(block_bytes);
-  std::vector<std::byte> incoming(block_bytes);
+  // Both live where `send` does (host or device).
+  std::shared_ptr<void> partial = scratch_like(send, block_bytes);
+  std::shared_ptr<void> incoming = scratch_like(send, block_bytes);
 
   // Invariant: after step s, `partial` holds block r-s-2 summed over ranks r-s-1 .. r.
   // At the last step (s = N-2) that block is r itself, summed over all N ranks.
   t.set_phase("ring reduce-scatter");
   for (int s = 0; s < n - 1; ++s) {
-    const void* outgoing = s == 0 ? static_cast<const void*>(block(r - 1)) : partial.data();
-    t.send_recv(outgoing, recv_count, right, incoming.data(), recv_count, left, dtype);
-    reduce_into(incoming.data(), block(r - s - 2), recv_count, dtype, op);
+    const void* outgoing = s == 0 ? static_cast<const void*>(block(r - 1)) : partial.get();
+    t.send_recv(outgoing, recv_count, right, incoming.get(), recv_count, left, dtype);
+    reduce_into(incoming.get(), block(r - s - 2), recv_count, dtype, op);
     std::swap(partial, incoming);
   }
   // With one rank nothing moved: the result is this rank's own block. In place (recv == block r)
   // the copy is skipped; block r was last read in the final step above.
-  const void* result = n == 1 ? static_cast<const void*>(block(r)) : partial.data();
-  if (result != recv && block_bytes > 0) std::memcpy(recv, result, block_bytes);
+  const void* result = n == 1 ? static_cast<const void*>(block(r)) : partial.get();
+  if (result != recv) copy_bytes(recv, result, block_bytes);
   finish_reduction(recv, recv_count, dtype, op, n);
 }
 
@@ -112,7 +112,7 @@ void ring_all_gather(Transport& t, const void* send, void* recv, std::int64_t se
     return byte_ptr(recv) + static_cast<std::size_t>(mod(i, n)) * block_bytes;
   };
   // In place when `send` already is block r of `recv`.
-  if (send != block(r) && block_bytes > 0) std::memcpy(block(r), send, block_bytes);
+  if (send != block(r)) copy_bytes(block(r), send, block_bytes);
 
   // Invariant: after step s, rank r holds blocks r-s-1 .. r; it forwards the newest one.
   t.set_phase("ring all-gather");

@@ -2,9 +2,9 @@
 // Tensors are contiguous, so a tensor is one buffer and dimension 0 splits it into equal blocks.
 // The easy thing to get wrong: an async handle must own its tensors (a Tensor is a handle to
 // shared storage), or the buffer could be freed while the worker thread still writes into it.
-// CUDA tensors (chapter 11): nccl reads device memory directly, after the compute stream has
-// finished writing it; a host communicator (threads, mpi) gets a host copy, which is copied back
-// (staging: simple and slow, fine for several ranks learning on one GPU).
+// Device tensors (chapter 11): threads and nccl read device memory directly, after the compute
+// stream has finished writing it; mpi gets a host copy, which is copied back (staging, counted
+// as host traffic); nccl gets a device copy of a host tensor (statistics, report rows).
 #include "comm/tensor_comm.hpp"
 
 #include "backend/backend.hpp"
@@ -65,19 +65,23 @@ private:
 void check_usable(const Communicator& comm, const Tensor& t, const char* op, const char* arg) {
   TS_CHECK(t.defined(), op, ": expected a defined tensor for '", arg,
            "', found an undefined one (a default-constructed Tensor or a missing gradient)");
-  TS_CHECK(comm.reads(t.device().kind) || comm.reads(Device::Kind::CPU), op,
-           ": expected a CUDA tensor for '", arg, "' on the ", comm.backend(),
-           " backend (it reads GPU memory), found one on ", t.device().str(),
-           "; move it with .to(Device::cuda())");
+  TS_CHECK(comm.reads(t.device().kind) || comm.reads(Device::Kind::CPU) || t.device().is_host(), op,
+           ": expected a tensor on ", comm.staging_device().str(), " or the host for '", arg,
+           "' on the ", comm.backend(), " backend, found one on ", t.device().str(),
+           "; move it with .to(", comm.staging_device().str(), ")");
 }
 
 // The buffer the communicator reads: the tensor itself when it reads the tensor's memory, else a
-// host copy (counted host traffic). A device buffer is handed over only once the compute stream
-// has written it.
+// copy (counted host traffic) on the host, or on the communicator's device for a host tensor
+// that it cannot read. A device buffer is handed over only once the compute stream has written
+// it.
 Tensor staged(const Communicator& comm, const Tensor& t, CallSite where = CallSite::current()) {
-  if (t.device().is_host()) return t;
-  if (!comm.reads(t.device().kind)) return t.to(Device::cpu(), where);
-  backend_of(t).synchronize();
+  if (!comm.reads(t.device().kind)) {
+    Tensor copy = t.to(t.device().is_host() ? comm.staging_device() : Device::cpu(), where);
+    if (!copy.device().is_host()) backend_of(copy).synchronize();
+    return copy;
+  }
+  if (!t.device().is_host()) backend_of(t).synchronize();
   return t;
 }
 
@@ -157,6 +161,19 @@ Tensor all_gather(Communicator& comm, const Tensor& shard) {
       Tensor::empty(with_rows(shard, shard.size(0) * comm.size()), shard.dtype(), buffer.device());
   comm.all_gather(buffer.device_ptr(), full.device_ptr(), shard.numel(), shard.dtype());
   return on_device_of(shard, full);
+}
+
+std::vector<double> all_gather_values(Communicator& comm, const std::vector<double>& values) {
+  const auto n = static_cast<std::int64_t>(values.size());
+  return all_gather(comm, Tensor::from_vector(values, Shape({n}), DType::Float64)).to_vector();
+}
+
+std::vector<std::int64_t> all_gather_values(Communicator& comm,
+                                            const std::vector<std::int64_t>& values) {
+  const auto n = static_cast<std::int64_t>(values.size());
+  const Tensor all = all_gather(comm, Tensor::from_ids(values, Shape({n})));
+  const std::int64_t* p = all.data<std::int64_t>();
+  return {p, p + all.numel()};
 }
 
 void broadcast(Communicator& comm, Tensor& tensor, int root) {

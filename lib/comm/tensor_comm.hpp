@@ -29,6 +29,13 @@ Tensor reduce_scatter(Communicator& comm, const Tensor& tensor, ReduceOp op = Re
 /// Concatenates every rank's `shard` along dimension 0, in rank order: [N * size(0), ...].
 Tensor all_gather(Communicator& comm, const Tensor& shard);
 
+/// Every rank's host `values` (report rows, counts), concatenated in rank order. For host numbers
+/// that any communicator must carry: nccl gets them staged through its device.
+std::vector<double> all_gather_values(Communicator& comm, const std::vector<double>& values);
+/// The same for int64 words (exact, where doubles would round above 2^53).
+std::vector<std::int64_t> all_gather_values(Communicator& comm,
+                                            const std::vector<std::int64_t>& values);
+
 /// Copies `root`'s tensor into `tensor` on every rank (same shape and dtype everywhere).
 void broadcast(Communicator& comm, Tensor& tensor, int root);
 

@@ -3,6 +3,7 @@
 // run their own rows, ep among them (08's rule), so the mesh's dp axis is dp / ep.
 #include "fourd/run.hpp"
 
+#include "comm/tensor_comm.hpp"
 #include "dp/run.hpp"
 #include "ep/run.hpp"
 #include "ep/trainer.hpp"
@@ -32,14 +33,6 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
            "train: --schedule, --chunks and --pp-blocks cut the model into pipeline stages; they "
            "need --pp 2 or more, found --pp ",
            plan.pp);
-  // Every layout trains on a device (proved on emu, the emulated device) but ZeRO on a GPU: it
-  // hands its flat buffers to the communicator as they are, which must read the device's memory
-  // (threads reads emu's; a GPU's needs nccl, which train cannot select yet). Refused here, from
-  // the config, before a GPU or a rank is touched.
-  TS_CHECK(config.train.device != "cuda" || plan.zero == 0, "train: train.device = \"cuda\" with ",
-           "--zero: ZeRO hands its flat buffers to the communicator as they are, and a GPU's ",
-           "memory needs nccl, which train cannot select yet. Set train.device = \"cpu\" (or ",
-           "\"emu\" to check the device path), or leave out --zero");
   if (plan.composed()) {
     TS_CHECK(plan.zero <= 1, "train: --zero ", plan.zero, " in a composed run (--tp, --pp, --ep, ",
              "--order or --topology): this version composes ZeRO stage 1 only (stages 2 and 3 ",
@@ -137,9 +130,7 @@ public:
                                       static_cast<double>(c[mesh::Axis::Pp]),
                                       static_cast<double>(trained),
                                       static_cast<double>(trainer_->optimizer_state_bytes())};
-    std::vector<double> all(mine.size() * static_cast<std::size_t>(world_->size()));
-    world_->all_gather(mine.data(), all.data(), static_cast<std::int64_t>(mine.size()),
-                       DType::Float64);
+    const std::vector<double> all = comm::all_gather_values(*world_, mine);
     if (world_->rank() != 0) return;
     std::printf("what each rank trains and holds (whole model: %lld elements; AdamW in fp32: 8 "
                 "bytes per element it updates):\n| rank | dp | ep | tp | pp | elements trained | "

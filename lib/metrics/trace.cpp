@@ -5,6 +5,7 @@
 // events are not compute: a rank blocked on a handle hides nothing.
 #include "metrics/trace.hpp"
 
+#include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 
 #include <nlohmann/json.hpp>
@@ -175,18 +176,20 @@ void decode_events(const std::vector<std::int64_t>& words, int from, std::vector
 std::vector<TraceEvent> gather_events(comm::Communicator& world,
                                       const std::vector<TraceEvent>& events) {
   const std::vector<std::int64_t> words = encode_events(events);
+  // Through tensors, so a communicator that reads only device memory (nccl) gets them staged.
   const std::int64_t my_count = static_cast<std::int64_t>(words.size());
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(world.size()));
-  world.all_gather(&my_count, counts.data(), 1, DType::Int64);
+  const std::vector<std::int64_t> counts =
+      comm::all_gather_values(world, std::vector<std::int64_t>{my_count});
   if (world.rank() != 0) {
-    world.send(words.data(), my_count, DType::Int64, 0, kGatherTag);
+    comm::send(world, Tensor::from_ids(words, Shape({my_count})), 0, kGatherTag);
     return {};
   }
   std::vector<TraceEvent> all = events;
   for (int r = 1; r < world.size(); ++r) {
-    std::vector<std::int64_t> theirs(static_cast<std::size_t>(counts[r]));
-    world.recv(theirs.data(), counts[r], DType::Int64, r, kGatherTag);
-    decode_events(theirs, r, all);
+    Tensor theirs = Tensor::empty(Shape({counts[r]}), DType::Int64);
+    comm::recv(world, theirs, r, kGatherTag);
+    const std::int64_t* p = theirs.data<std::int64_t>();
+    decode_events({p, p + counts[r]}, r, all);
   }
   return all;
 }

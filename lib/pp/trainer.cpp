@@ -399,9 +399,7 @@ BubbleReport PipelineTrainer::bubble_report() {
     }
   }
   const int p = group_->size();
-  std::vector<double> all(mine.size() * static_cast<std::size_t>(p));
-  group_->all_gather(mine.data(), all.data(), static_cast<std::int64_t>(mine.size()),
-                     DType::Float64);
+  const std::vector<double> all = comm::all_gather_values(*group_, mine);
   const auto at = [&](int r, int i) {
     return all[static_cast<std::size_t>(r) * mine.size() + static_cast<std::size_t>(i)];
   };

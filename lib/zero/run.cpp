@@ -1,5 +1,6 @@
 #include "zero/run.hpp"
 
+#include "comm/tensor_comm.hpp"
 #include "zero/memory.hpp"
 #include "zero/trainer.hpp"
 
@@ -74,9 +75,7 @@ public:
         static_cast<double>(m.parameters),    static_cast<double>(m.gradients),
         static_cast<double>(m.optimizer),     static_cast<double>(trainer_->activation_peak()),
         static_cast<double>(m.gathered_peak), sent_};
-    std::vector<double> all(mine.size() * static_cast<std::size_t>(n));
-    world_->all_gather(mine.data(), all.data(), static_cast<std::int64_t>(mine.size()),
-                       DType::Float64);
+    const std::vector<double> all = comm::all_gather_values(*world_, mine);
     if (world_->rank() != 0) return;
     const double psi = static_cast<double>(trainer_->sharded().parameter_count());
     const StateBytes f = state_bytes_formula(plan_.zero, psi, n);

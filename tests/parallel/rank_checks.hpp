@@ -16,7 +16,8 @@ namespace tinyscale::comm::testing {
 
 /// Options for tests: a deadline far below ctest's, far above any honest wait.
 inline CommOptions test_options(std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
-  CommOptions options;
+  CommOptions options = default_comm_options(); // TINYSCALE_COMM_DEVICE_ONLY in the emu pass
+
   options.timeout = timeout;
   return options;
 }

@@ -66,8 +66,8 @@ TEST_CASE("the payload pool reuses the smallest buffer that fits and keeps only 
           "[comm][unit]") {
   PayloadPool pool(2);
   Payload small = pool.acquire(100), large = pool.acquire(1000), huge = pool.acquire(5000);
-  const std::byte* large_bytes = large.data.get();
-  const std::byte* huge_bytes = huge.data.get();
+  const void* large_bytes = large.data.get();
+  const void* huge_bytes = huge.data.get();
   pool.release(std::move(small));
   pool.release(std::move(large));
   pool.release(std::move(huge)); // full: the 100-byte buffer is freed

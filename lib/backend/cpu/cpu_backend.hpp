@@ -18,6 +18,9 @@ public:
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override;
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override;
   void copy(void* dst, const void* src, std::size_t bytes) override;
+  void reduce_buffers(void* acc, const void* in, std::int64_t count, DType dtype,
+                      BufferReduce op) override;
+  void divide_buffer(void* buffer, std::int64_t count, DType dtype, double divisor) override;
   void cast(const Tensor& src, Tensor& out) override;
   void fill(Tensor& out, double value) override;
 

@@ -38,6 +38,7 @@ public:
   const std::string& name() const override { return name_; }
   const char* backend() const override { return "nccl"; }
   bool reads(Device::Kind memory) const override { return memory == Device::Kind::CUDA; }
+  Device staging_device() const override { return Device::cuda(); }
   int world_rank(int group_rank) const override;
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
   void set_timeout(std::chrono::milliseconds timeout) override { options_.timeout = timeout; }

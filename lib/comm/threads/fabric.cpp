@@ -4,8 +4,10 @@
 // or a waiter that has just checked the flag could fall asleep and miss the wake-up.
 #include "comm/threads/fabric.hpp"
 
+#include "backend/backend.hpp"
+#include "comm/buffers.hpp"
+
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 namespace tinyscale::comm::threads {
@@ -24,11 +26,11 @@ Payload PayloadPool::acquire(std::size_t bytes) {
       return payload;
     }
   }
-  return Payload{std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
+  return Payload{std::make_shared_for_overwrite<std::byte[]>(bytes), bytes, true};
 }
 
 void PayloadPool::release(Payload payload) {
-  if (payload.capacity == 0) return;
+  if (payload.capacity == 0 || !payload.host) return; // device memory has its own cache
   std::lock_guard lock(mutex_);
   free_.push_back(std::move(payload));
   if (free_.size() > max_buffers_) {
@@ -53,8 +55,10 @@ void Fabric::send(const MailboxKey& key, const MessageHeader& header, const void
   message.header = header;
   message.bytes = static_cast<std::size_t>(header.count) * dtype_size(header.dtype);
   if (message.bytes > 0) {
-    message.payload = pool_.acquire(message.bytes);
-    std::memcpy(message.payload.data.get(), buffer, message.bytes);
+    message.payload = memory_of(buffer).is_host()
+                          ? pool_.acquire(message.bytes)
+                          : Payload{scratch_like(buffer, message.bytes), message.bytes, false};
+    copy_bytes(message.payload.data.get(), buffer, message.bytes);
   }
   Mailbox& box = *mailboxes_.at(key.dst);
   {

@@ -48,10 +48,13 @@ struct MessageHeader {
   std::int64_t argument = -1; ///< the collective's reduce op or root on the sender (-1: none)
 };
 
-/// Bytes that hold a message's payload; `capacity` may exceed what the message uses.
+/// Bytes that hold a message's payload; `capacity` may exceed what the message uses. A payload
+/// lives where the sender's buffer does: host memory (pooled), or the device's (device to device,
+/// from the device's own caching allocator).
 struct Payload {
-  std::unique_ptr<std::byte[]> data; // not zeroed first: the copy overwrites what is used
+  std::shared_ptr<void> data; // not zeroed first: the copy overwrites what is used
   std::size_t capacity = 0;
+  bool host = true;
 };
 
 /// One message: its header and a private copy of the payload (`bytes` of it are used).
@@ -61,8 +64,8 @@ struct Message {
   std::size_t bytes = 0;
 };
 
-/// Payload buffers kept for reuse. A fresh large buffer costs a page fault per 4 KiB page, more
-/// than copying into a warm one, so receivers hand buffers back and senders take them again.
+/// Host payload buffers kept for reuse. A fresh large buffer costs a page fault per 4 KiB page,
+/// more than copying into a warm one, so receivers hand buffers back and senders take them again.
 class PayloadPool {
 public:
   /// Keeps at most `max_buffers` buffers (the largest ones) between messages.

@@ -6,14 +6,15 @@
 // (A rank-local argument error is a bug in the caller; the group is not usable after it.)
 #include "comm/threads/threads_communicator.hpp"
 
+#include "backend/backend.hpp"
 #include "comm/algorithms.hpp"
+#include "comm/buffers.hpp"
 #include "comm/reduce.hpp"
 #include "comm/size_check.hpp"
 #include "comm/threads/threads_transport.hpp"
 #include "core/error.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <exception>
 #include <set>
 #include <utility>
@@ -24,7 +25,7 @@ ThreadsCommunicator::ThreadsCommunicator(Fabric& fabric, std::uint64_t context,
                                          std::vector<int> world_ranks, int rank, std::string name,
                                          const CommOptions& options)
     : fabric_(fabric), context_(context), world_ranks_(std::move(world_ranks)), rank_(rank),
-      name_(std::move(name)), timeout_(options.timeout) {
+      name_(std::move(name)), timeout_(options.timeout), device_only_(options.device_only) {
   TS_CHECK(rank_ >= 0 && rank_ < size(), "ThreadsCommunicator: expected a rank in 0..", size() - 1,
            ", found ", rank_);
 }
@@ -132,9 +133,7 @@ void check_count(std::int64_t count, const char* op, const char* what) {
 // Out of place, the ring runs in `recv` after copying `send` there.
 void all_reduce_body(Transport& t, const void* send, void* recv, std::int64_t count, DType dtype,
                      ReduceOp op) {
-  if (send != recv && count > 0) {
-    std::memcpy(recv, send, static_cast<std::size_t>(count) * dtype_size(dtype));
-  }
+  if (send != recv) copy_bytes(recv, send, static_cast<std::size_t>(count) * dtype_size(dtype));
   ring_all_reduce(t, recv, count, dtype, op);
 }
 
@@ -144,6 +143,8 @@ void ThreadsCommunicator::all_reduce(const void* send, void* recv, std::int64_t 
                                      ReduceOp op) {
   check_count(count, "all_reduce", "count");
   check_reducible(dtype, op, "all_reduce");
+  check_memory(send, count, dtype, "all_reduce", "send");
+  check_memory(recv, count, dtype, "all_reduce", "recv");
   run_collective("all_reduce", count, dtype, CollectiveArgument::reduce(op),
                  [&](Transport& t) { all_reduce_body(t, send, recv, count, dtype, op); });
 }
@@ -152,6 +153,8 @@ WorkHandle ThreadsCommunicator::all_reduce_async(const void* send, void* recv, s
                                                  DType dtype, ReduceOp op) {
   check_count(count, "all_reduce_async", "count");
   check_reducible(dtype, op, "all_reduce_async");
+  check_memory(send, count, dtype, "all_reduce_async", "send");
+  check_memory(recv, count, dtype, "all_reduce_async", "recv");
   return start_collective("all_reduce", count, dtype, CollectiveArgument::reduce(op),
                           [=](Transport& t) { all_reduce_body(t, send, recv, count, dtype, op); });
 }
@@ -160,6 +163,8 @@ void ThreadsCommunicator::reduce_scatter(const void* send, void* recv, std::int6
                                          DType dtype, ReduceOp op) {
   check_count(recv_count, "reduce_scatter", "recv_count");
   check_reducible(dtype, op, "reduce_scatter");
+  check_memory(send, recv_count * size(), dtype, "reduce_scatter", "send");
+  check_memory(recv, recv_count, dtype, "reduce_scatter", "recv");
   run_collective("reduce_scatter", recv_count, dtype, CollectiveArgument::reduce(op),
                  [&](Transport& t) { ring_reduce_scatter(t, send, recv, recv_count, dtype, op); });
 }
@@ -169,6 +174,8 @@ WorkHandle ThreadsCommunicator::reduce_scatter_async(const void* send, void* rec
                                                      ReduceOp op) {
   check_count(recv_count, "reduce_scatter_async", "recv_count");
   check_reducible(dtype, op, "reduce_scatter_async");
+  check_memory(send, recv_count * size(), dtype, "reduce_scatter_async", "send");
+  check_memory(recv, recv_count, dtype, "reduce_scatter_async", "recv");
   return start_collective(
       "reduce_scatter", recv_count, dtype, CollectiveArgument::reduce(op),
       [=](Transport& t) { ring_reduce_scatter(t, send, recv, recv_count, dtype, op); });
@@ -177,6 +184,8 @@ WorkHandle ThreadsCommunicator::reduce_scatter_async(const void* send, void* rec
 void ThreadsCommunicator::all_gather(const void* send, void* recv, std::int64_t send_count,
                                      DType dtype) {
   check_count(send_count, "all_gather", "send_count");
+  check_memory(send, send_count, dtype, "all_gather", "send");
+  check_memory(recv, send_count * size(), dtype, "all_gather", "recv");
   run_collective("all_gather", send_count, dtype, CollectiveArgument::none(),
                  [&](Transport& t) { ring_all_gather(t, send, recv, send_count, dtype); });
 }
@@ -184,12 +193,15 @@ void ThreadsCommunicator::all_gather(const void* send, void* recv, std::int64_t 
 WorkHandle ThreadsCommunicator::all_gather_async(const void* send, void* recv,
                                                  std::int64_t send_count, DType dtype) {
   check_count(send_count, "all_gather_async", "send_count");
+  check_memory(send, send_count, dtype, "all_gather_async", "send");
+  check_memory(recv, send_count * size(), dtype, "all_gather_async", "recv");
   return start_collective("all_gather", send_count, dtype, CollectiveArgument::none(),
                           [=](Transport& t) { ring_all_gather(t, send, recv, send_count, dtype); });
 }
 
 void ThreadsCommunicator::broadcast(void* buffer, std::int64_t count, DType dtype, int root) {
   check_count(count, "broadcast", "count");
+  check_memory(buffer, count, dtype, "broadcast", "buffer");
   check_peer(root, "broadcast (root)");
   run_collective("broadcast", count, dtype, CollectiveArgument::root(root),
                  [&](Transport& t) { tree_broadcast(t, buffer, count, dtype, root); });
@@ -200,6 +212,8 @@ void ThreadsCommunicator::all_to_all(const void* send, void* recv, std::int64_t 
   check_count(count_per_rank, "all_to_all", "count_per_rank");
   const std::int64_t total = count_per_rank * size();
   check_disjoint(*this, "all_to_all", send, total, recv, total, dtype);
+  check_memory(send, total, dtype, "all_to_all", "send");
+  check_memory(recv, total, dtype, "all_to_all", "recv");
   const std::vector<std::int64_t> counts(size(), count_per_rank);
   run_collective(
       "all_to_all", count_per_rank, dtype, CollectiveArgument::none(),
@@ -216,9 +230,23 @@ void ThreadsCommunicator::all_to_all_v(const void* send,
     return sum;
   };
   check_disjoint(*this, "all_to_all_v", send, total(send_counts), recv, total(recv_counts), dtype);
+  check_memory(send, total(send_counts), dtype, "all_to_all_v", "send");
+  check_memory(recv, total(recv_counts), dtype, "all_to_all_v", "recv");
   run_collective("all_to_all_v", -1, dtype, CollectiveArgument::none(), [&](Transport& t) {
     pairwise_all_to_all_v(t, send, send_counts, recv, recv_counts, dtype);
   });
+}
+
+void ThreadsCommunicator::check_memory(const void* buffer, std::int64_t count, DType dtype,
+                                       const char* op, const char* what) const {
+  if (!device_only_ || count <= 0) return;
+  const auto* first = static_cast<const std::byte*>(buffer);
+  const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  TS_CHECK(memory_of(first) == *device_only_ && memory_of(first + bytes - 1) == *device_only_, op,
+           " on ", describe(*this), ": expected '", what, "' in ", device_only_->str(),
+           " memory (this threads backend reads only the device's memory, as nccl does: ",
+           "TINYSCALE_COMM_DEVICE_ONLY), found ", bytes, " bytes in ", memory_of(first).str(),
+           " memory. Pass a device tensor through comm/tensor_comm.hpp, which stages host ones");
 }
 
 void ThreadsCommunicator::barrier() {
@@ -260,6 +288,7 @@ std::unique_ptr<Communicator> ThreadsCommunicator::split(int color, int key,
   }
   CommOptions options;
   options.timeout = timeout_;
+  options.device_only = device_only_;
   return std::make_unique<ThreadsCommunicator>(fabric_,
                                                static_cast<std::uint64_t>(table[2] + group_index),
                                                std::move(world_ranks), new_rank, name, options);

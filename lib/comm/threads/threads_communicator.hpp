@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,11 +64,14 @@ public:
   int size() const override { return static_cast<int>(world_ranks_.size()); }
   const std::string& name() const override { return name_; }
   const char* backend() const override { return "threads"; }
-  /// Host memory, and the emulated device's: its ranks share one memory, so a transfer is one
-  /// copy from buffer to buffer, the path device buffers take on one GPU.
+  /// Every memory of this process: host buffers move by memcpy; device buffers (ranks sharing
+  /// one GPU, or emu) move device to device and reduce with the device's kernel, on each rank's
+  /// stream (comm/buffers.hpp), never through the host. With CommOptions::device_only, only that
+  /// device's memory (nccl's rule).
   bool reads(Device::Kind memory) const override {
-    return memory == Device::Kind::CPU || memory == Device::Kind::Emu;
+    return !device_only_ || memory == device_only_->kind;
   }
+  Device staging_device() const override { return device_only_.value_or(Device::cpu()); }
   int world_rank(int group_rank) const override;
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
@@ -119,6 +123,10 @@ private:
   WorkHandle start_collective(const char* op, std::int64_t count, DType dtype,
                               CollectiveArgument argument, CollectiveBody body);
   void check_peer(int peer, const char* op) const;
+  /// With device_only: throws unless `bytes` at `buffer` (one of `op`'s arguments, named `what`)
+  /// lie in that device's memory.
+  void check_memory(const void* buffer, std::int64_t count, DType dtype, const char* op,
+                    const char* what) const;
   /// For a timeout while waiting for world rank `peer`: the chain of ranks waiting for each other
   /// from `peer` on, up to the one that waits for no message (the rank holding everyone up).
   std::string diagnose(int peer) const;
@@ -129,6 +137,7 @@ private:
   int rank_;
   std::string name_;
   std::chrono::milliseconds timeout_;
+  std::optional<Device> device_only_;
   std::uint64_t next_sequence_ = 0; // only the calling thread touches it
   std::atomic<bool> cancelled_{false};
   std::unique_ptr<AsyncWorker> worker_; // started by the first async collective

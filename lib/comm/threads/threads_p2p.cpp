@@ -5,9 +5,8 @@
 // waiting order, decides which message an irecv gets (as in MPI).
 #include "comm/threads/threads_communicator.hpp"
 
+#include "comm/buffers.hpp"
 #include "core/error.hpp"
-
-#include <cstring>
 
 namespace tinyscale::comm::threads {
 
@@ -77,7 +76,7 @@ void ThreadsCommunicator::deliver(Message& message, void* buffer, std::int64_t c
            count, " ", dtype_name(dtype), " elements from rank ", peer, " (tag ", tag,
            "), found a message of ", got.count, " ", dtype_name(got.dtype),
            " elements. The sender's count and dtype must equal the receiver's.");
-  if (message.bytes > 0) std::memcpy(buffer, message.payload.data.get(), message.bytes);
+  copy_bytes(buffer, message.payload.data.get(), message.bytes);
   fabric_.recycle(message);
 }
 
@@ -86,6 +85,7 @@ void ThreadsCommunicator::send(const void* buffer, std::int64_t count, DType dty
   check_peer(peer, "send");
   check_tag(tag, "send");
   TS_CHECK(count >= 0, "send: expected count >= 0, found ", count);
+  check_memory(buffer, count, dtype, "send", "buffer");
   fabric_.send(key(rank_, peer, ChannelKind::P2p, tag), MessageHeader{"send", count, dtype, count},
                buffer);
 }
@@ -93,6 +93,7 @@ void ThreadsCommunicator::send(const void* buffer, std::int64_t count, DType dty
 void ThreadsCommunicator::recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) {
   check_peer(peer, "recv");
   check_tag(tag, "recv");
+  check_memory(buffer, count, dtype, "recv", "buffer");
   Message message;
   await(fabric_.post_receive(key(peer, rank_, ChannelKind::P2p, tag)), message, timeout_,
         WaitContext{"recv", -1, "", peer, tag});
@@ -109,6 +110,7 @@ WorkHandle ThreadsCommunicator::irecv(void* buffer, std::int64_t count, DType dt
                                       int tag) {
   check_peer(peer, "irecv");
   check_tag(tag, "irecv");
+  check_memory(buffer, count, dtype, "irecv", "buffer");
   const ReceiveTicket ticket = fabric_.post_receive(key(peer, rank_, ChannelKind::P2p, tag));
   return std::make_unique<ReceiveWork>(*this, ticket, buffer, count, dtype, peer, tag);
 }

@@ -4,6 +4,7 @@
 // passed 12), not a symptom (a 3-element message where 4 were expected).
 #include "comm/threads/threads_transport.hpp"
 
+#include "comm/buffers.hpp"
 #include "core/error.hpp"
 
 #include <cstring>
@@ -30,7 +31,7 @@ void ThreadsTransport::recv(void* buffer, std::int64_t count, DType dtype, int p
   comm_.await(comm_.fabric().post_receive(key), message, timeout_,
               WaitContext{op_, static_cast<std::int64_t>(sequence_), phase_, peer, -1});
   check_header(message.header, count, dtype, peer);
-  if (message.bytes > 0) std::memcpy(buffer, message.payload.data.get(), message.bytes);
+  copy_bytes(buffer, message.payload.data.get(), message.bytes);
   comm_.fabric().recycle(message);
 }
 
