@@ -1,6 +1,7 @@
 // The tensor-level collectives (chapter 04 onwards): shapes in and out, values against a
 // sequential reference, and the errors for shapes that do not split and dtypes that disagree.
 #include "rank_checks.hpp"
+#include "raw_collectives.hpp"
 
 #include "backend/host_traffic.hpp"
 #include "comm/launch.hpp"
@@ -254,4 +255,74 @@ TEST_CASE("tensor collectives and point-to-point on the emulated device give the
     CHECK(e.on_device);
     CHECK(e.copies == 0);
   }
+}
+
+TEST_CASE("the threads backend moves and reduces emu buffers on the device, reading only emu "
+          "memory as nccl reads only a GPU's, and gives the host's bits for every collective, "
+          "dtype and group size 1 to 4",
+          "[comm][threads][emu]") {
+  CommOptions device_only = test_options();
+  device_only.device_only = Device::emu();
+  for (const DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64}) {
+    for (int n = 1; n <= 4; ++n) {
+      INFO(dtype_name(dtype) << ", N = " << n);
+      std::vector<std::vector<std::vector<double>>> host(n), emu(n);
+      run_threads(
+          n, [&](Communicator& c) { host[c.rank()] = raw_collectives(c, dtype, Device::cpu()); },
+          test_options());
+      // On emu every byte stays in emu memory: a scratch buffer or payload on the host would
+      // make emu's checks (reduce_buffers, copy) throw.
+      run_threads(
+          n, [&](Communicator& c) { emu[c.rank()] = raw_collectives(c, dtype, Device::emu()); },
+          device_only);
+      CHECK(emu == host);
+    }
+  }
+}
+
+TEST_CASE("a threads communicator that reads only emu memory refuses a raw host buffer by name, "
+          "and the tensor layer stages host tensors through the device for it, counted",
+          "[comm][threads][emu]") {
+  CommOptions options = test_options();
+  options.device_only = Device::emu();
+  REQUIRE_TS_ERROR(run_threads(
+                       2,
+                       [](Communicator& comm) {
+                         std::vector<float> host(4, 1.0f);
+                         comm.all_reduce(host.data(), host.data(), 4, DType::Float32,
+                                         ReduceOp::Sum);
+                       },
+                       options),
+                   Contains("all_reduce") && Contains("expected 'send' in emu:0 memory") &&
+                       Contains("found 16 bytes in cpu") &&
+                       Contains("TINYSCALE_COMM_DEVICE_ONLY") && Contains("tensor_comm"));
+  run_threads(
+      2,
+      [](Communicator& comm) {
+        REQUIRE(!comm.reads(Device::Kind::CPU));
+        REQUIRE(comm.staging_device() == Device::emu());
+        HostTraffic traffic;
+        Tensor sum = rank_tensor(comm.rank(), 2);
+        std::vector<double> rows;
+        {
+          CountHostTraffic scope(traffic);
+          all_reduce(comm, sum);
+          rows = all_gather_values(comm, std::vector<double>{1.0 + comm.rank(), 0.5});
+        }
+        REQUIRE(sum.device().is_host());
+        expect_tensor(
+            sum, Shape{2, 3},
+            [&] {
+              std::vector<double> want = rank_data<double>(0, 6);
+              const std::vector<double> other = rank_data<double>(1, 6);
+              for (std::size_t i = 0; i < want.size(); ++i) want[i] += other[i];
+              return want;
+            }(),
+            "staged all_reduce");
+        REQUIRE(rows == std::vector<double>{1.0, 0.5, 2.0, 0.5});
+        // Each staged call copies its input to emu and its result back.
+        REQUIRE(traffic.copies_to_device() == 2);
+        REQUIRE(traffic.copies_to_host() == 2);
+      },
+      options);
 }

@@ -5,7 +5,9 @@
 // parameter breaks (the negative control).
 #include "dp_equivalence.hpp"
 #include "host_traffic.hpp"
+#include "require_ts_error.hpp"
 
+#include "backend/backend.hpp"
 #include "backend/host_traffic.hpp"
 #include "tinyscale.hpp"
 #include "train/trainer.hpp"
@@ -163,4 +165,63 @@ TEST_CASE("Ids out of range on the emulated device fail on the device, as a GPU 
                       Contains("one device") && Contains("emu:0 and cpu"));
   // the ignore index is not out of range
   REQUIRE(std::isfinite(cross_entropy(logits, Tensor::from_ids({-100, 3}, {2}, emu)).item()));
+}
+
+TEST_CASE("memory_of names emu for every byte of a live emu buffer and the host for any other "
+          "address, a freed buffer's included",
+          "[emu]") {
+  const void* freed = nullptr;
+  {
+    const Tensor t = Tensor::zeros({16}, DType::Float32, Device::emu());
+    const auto* first = static_cast<const std::byte*>(t.device_ptr());
+    REQUIRE(memory_of(first) == Device::emu());
+    REQUIRE(memory_of(first + 63) == Device::emu()); // the last byte
+    REQUIRE(memory_of(first + 64) == Device::cpu()); // one past the end
+    freed = first;
+  }
+  REQUIRE(memory_of(freed) == Device::cpu());
+  const std::vector<float> host(4);
+  REQUIRE(memory_of(host.data()) == Device::cpu());
+  REQUIRE(memory_of(Tensor::zeros({4}).device_ptr()) == Device::cpu());
+}
+
+TEST_CASE("emu refuses a host buffer where device memory is expected (copies and the reduction "
+          "step of a collective), as a GPU would fault on it",
+          "[emu]") {
+  Backend& emu = backend_for(Device::emu());
+  Tensor device = Tensor::zeros({4}, DType::Float32, Device::emu());
+  std::vector<float> host(4, 1.0f);
+  REQUIRE_NOTHROW(emu.copy_from_host(device.device_ptr(), host.data(), 16));
+  REQUIRE_TS_ERROR(emu.copy(device.device_ptr(), host.data(), 16), Contains("copy on emu") &&
+                                                                       Contains("the source") &&
+                                                                       Contains("illegal address"));
+  REQUIRE_TS_ERROR(emu.copy_to_host(host.data(), host.data(), 16), Contains("copy_to_host"));
+  REQUIRE_TS_ERROR(
+      emu.reduce_buffers(device.device_ptr(), host.data(), 4, DType::Float32, BufferReduce::Add),
+      Contains("reduce_buffers on emu") && Contains("the incoming values"));
+  // Past the end of a device buffer is not device memory either.
+  REQUIRE_TS_ERROR(emu.divide_buffer(device.device_ptr(), 5, DType::Float32, 2.0),
+                   Contains("past the end"));
+}
+
+TEST_CASE("reduce_buffers and divide_buffer on emu give the host loops' bits for every dtype",
+          "[emu]") {
+  for (const DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64}) {
+    INFO(dtype_name(dtype));
+    const Tensor a = Tensor::randn({37}, 5).to(dtype), b = Tensor::randn({37}, 6).to(dtype);
+    for (const BufferReduce op : {BufferReduce::Add, BufferReduce::Max}) {
+      Tensor host = a.clone();
+      Tensor device = a.to(Device::emu());
+      const Tensor incoming = b.to(Device::emu());
+      backend_for(Device::cpu()).reduce_buffers(host.device_ptr(), b.device_ptr(), 37, dtype, op);
+      backend_for(Device::emu())
+          .reduce_buffers(device.device_ptr(), incoming.device_ptr(), 37, dtype, op);
+      if (is_floating(dtype)) {
+        backend_for(Device::cpu()).divide_buffer(host.device_ptr(), 37, dtype, 3.0);
+        backend_for(Device::emu()).divide_buffer(device.device_ptr(), 37, dtype, 3.0);
+      }
+      REQUIRE(device.to_vector() == host.to_vector());
+      REQUIRE(host.to_vector() != a.to_vector()); // the step changed something
+    }
+  }
 }
