@@ -14,6 +14,8 @@
 #   --batch-size B   sequences per step (default 16); --seq-len T tokens each (default 1024)
 #   --out DIR        results, raw JSON and logs (default: bench-gpu-results/ in the repository)
 #   --skip-build     use build/cuda as it is; --skip-tests: do not run ctest -L cuda
+#   --tinyscale PATH with --skip-build: the tinyscale binary to run (default
+#                    build/cuda/apps/tinyscale; scripts/gpu_check passes the one it carried)
 #   --keep-going     a failed test or run is reported loudly (and the exit status is 1), but
 #                    the remaining runs and the table still happen
 #   --run-timeout S  stop any one training run after S seconds (default 300)
@@ -24,7 +26,7 @@ printf -v invocation '%q ' "$0" "$@"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-steps=50 batch=16 seq_len=1024 out='' run_timeout=300
+steps=50 batch=16 seq_len=1024 out='' run_timeout=300 tinyscale=build/cuda/apps/tinyscale
 skip_build=0 skip_tests=0 keep_going=0
 warmup=10 # steps left out of every median
 while [ $# -gt 0 ]; do
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --run-timeout) run_timeout=${2:?--run-timeout needs seconds}; shift 2 ;;
     --skip-build) skip_build=1; shift ;;
+    --tinyscale) tinyscale=${2:?--tinyscale needs a path}; shift 2 ;;
     --skip-tests) skip_tests=1; shift ;;
     --keep-going) keep_going=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -60,7 +63,6 @@ out=$(cd "$out" && pwd) # absolute: the runs below start from the repository roo
 cd "$repo"
 PYTHON=${PYTHON:-python3}
 export TINYSCALE_WERROR=${TINYSCALE_WERROR:-ON}
-tinyscale=build/cuda/apps/tinyscale
 failures=()
 : > "$out/commands.txt"
 

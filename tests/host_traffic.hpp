@@ -12,12 +12,18 @@
 //                  and lib/tp/blocks.cpp (the tensor-parallel MoE layer),
 //                  listed apart; under --ep the norm is read in two parts (dense, experts);
 //   under --tp:    the vocab-parallel embedding's and cross-entropy's shard rows, computed on
-//                  the host from the ids (lib/tp/vocab_parallel.cpp), listed apart.
+//                  the host from the ids (lib/tp/vocab_parallel.cpp), listed apart;
+//   over a communicator that reads only device memory (nccl, or threads with
+//                  TINYSCALE_COMM_DEVICE_ONLY, as in the parallel_emu pass): the host statistics
+//                  a collective sums or gathers (losses, counts, norms), staged through the
+//                  device by the tensor layer (lib/comm/tensor_comm.cpp), one copy each way,
+//                  listed apart.
 // Anything else (a parameter, a gradient, an activation read on the host) is a copy a GPU would
 // stall on, and the check names its call site.
 #pragma once
 
 #include "backend/host_traffic.hpp"
+#include "comm/communicator.hpp"
 #include "core/dtype.hpp"
 
 #include <cstdint>
@@ -38,7 +44,14 @@ struct StepTrafficShape {
   bool moe = false;                 ///< MoE layers: aux and z losses, and the router's transfers
   std::int64_t norms = 1;           ///< norm reads: 2 under --ep (the dense and the experts' part)
   bool vocab_parallel = false;      ///< --tp: the vocab-parallel rows' transfers (lib/tp/)
+  /// The communicators read only device memory (TINYSCALE_COMM_DEVICE_ONLY): staged statistics.
+  bool staged_statistics = comm::default_comm_options().device_only.has_value();
 };
+
+/// True for a copy the tensor layer makes to stage a buffer the communicator cannot read.
+inline bool staged_site(const HostTransfers& t) {
+  return t.where.rfind("lib/comm/tensor_comm.cpp:", 0) == 0;
+}
 
 /// True for a copy the router makes (lib/moe/, lib/ep/, and the tensor-parallel MoE layer in
 /// lib/tp/blocks.cpp): the documented routing traffic.
@@ -50,6 +63,27 @@ inline bool routing_site(const HostTransfers& t) {
 /// True for a copy the vocab-parallel embedding and cross-entropy make (lib/tp/vocab_parallel).
 inline bool vocab_rows_site(const HostTransfers& t) {
   return t.where.rfind("lib/tp/vocab_parallel.cpp:", 0) == 0;
+}
+
+/// Copies, bytes to the device, copies and bytes to the host, leaving out the staged statistics
+/// over a device-only communicator (listed apart; each at most a statistics vector, 4 KiB).
+struct TrafficTotals {
+  std::int64_t up = 0, up_bytes = 0, down = 0, down_bytes = 0;
+  std::string staged_problem; ///< "" unless a staged copy is larger than a statistics vector
+};
+inline TrafficTotals unstaged_totals(const HostTraffic& traffic) {
+  TrafficTotals out;
+  const bool device_only = comm::default_comm_options().device_only.has_value();
+  for (const HostTransfers& t : traffic.sites()) {
+    if (device_only && staged_site(t)) {
+      if (t.bytes > 4096 * t.count)
+        out.staged_problem += "staged more than 4 KiB: " + t.where + "\n";
+      continue;
+    }
+    (t.to_host ? out.down : out.up) += t.count;
+    (t.to_host ? out.down_bytes : out.up_bytes) += t.bytes;
+  }
+  return out;
 }
 
 /// "" when `traffic` is exactly the documented list for `shape`, else what differs, with every
@@ -64,16 +98,22 @@ inline std::string step_traffic_problem(const HostTraffic& traffic, const StepTr
   const std::int64_t want_down_bytes =
       per_micro_batch * s.micro_batches * e + 8 * s.norms + s.bucketed_params * e;
   std::int64_t up = 0, up_bytes = 0, down = 0, down_bytes = 0, routing = 0;
+  bool staged_tensor = false; // a staged copy larger than a statistics vector
   for (const HostTransfers& t : traffic.sites()) {
     if ((s.moe && routing_site(t)) || (s.vocab_parallel && vocab_rows_site(t))) {
       routing += t.count;
+      continue;
+    }
+    if (s.staged_statistics && staged_site(t)) {
+      staged_tensor = staged_tensor || t.bytes > 4096 * t.count;
       continue;
     }
     (t.to_host ? down : up) += t.count;
     (t.to_host ? down_bytes : up_bytes) += t.bytes;
   }
   if (up == want_up && up_bytes == want_up_bytes && down == want_down &&
-      down_bytes == want_down_bytes && (!(s.moe || s.vocab_parallel) || routing > 0))
+      down_bytes == want_down_bytes && (!(s.moe || s.vocab_parallel) || routing > 0) &&
+      !staged_tensor)
     return "";
   std::ostringstream out;
   out << "expected " << want_up << " copies (" << want_up_bytes << " bytes) to the device and "
@@ -81,14 +121,15 @@ inline std::string step_traffic_problem(const HostTraffic& traffic, const StepTr
       << (s.moe || s.vocab_parallel ? ", besides the listed-apart ones (at least one)" : "")
       << ", found " << up << " (" << up_bytes << ") and " << down << " (" << down_bytes << ")"
       << (s.moe || s.vocab_parallel ? ", and " + std::to_string(routing) + " listed apart" : "")
-      << ":\n"
+      << (s.staged_statistics ? ", and staged statistics (each at most 4 KiB)" : "") << ":\n"
       << traffic.table();
   return out.str();
 }
 
 /// The rule every step obeys, whatever its layout: outside the listed-apart sites (the router's,
-/// the vocab-parallel rows'), every copy to the host is one scalar (at most 8 bytes), at most
-/// `max_scalars` of them, and every copy to the device one micro-batch's ids or targets
+/// the vocab-parallel rows', the staged statistics over a device-only communicator), every copy to
+/// the host is one scalar (at most 8 bytes), at most `max_scalars` of them, and every copy to the
+/// device one micro-batch's ids or targets
 /// (`batch_bytes`). "" when it holds, else the copies that break it. For layouts whose exact list
 /// depends on the rank (a composed run's stages): a parameter, gradient or activation read on the
 /// host breaks it, and so does a scalar read per parameter.
@@ -98,6 +139,8 @@ inline std::string scalars_and_batches_problem(const std::vector<HostTransfers>&
   std::int64_t scalars = 0;
   for (const HostTransfers& t : sites) {
     if (routing_site(t) || vocab_rows_site(t)) continue;
+    if (comm::default_comm_options().device_only && staged_site(t) && t.bytes <= 4096 * t.count)
+      continue;
     if (t.to_host) scalars += t.count;
     const bool ok = t.to_host ? t.bytes <= 8 * t.count : t.bytes == batch_bytes * t.count;
     if (!ok)

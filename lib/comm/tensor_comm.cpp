@@ -121,10 +121,6 @@ std::int64_t sum(const std::vector<std::int64_t>& v) {
 
 } // namespace
 
-Device statistics_device(const Communicator& comm, Device device) {
-  return comm.reads(Device::Kind::CPU) ? Device::cpu() : device;
-}
-
 void all_reduce(Communicator& comm, Tensor& tensor, ReduceOp op) {
   check_usable(comm, tensor, "all_reduce", "tensor");
   Tensor buffer = staged(comm, tensor);

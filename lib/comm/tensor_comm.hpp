@@ -14,10 +14,6 @@
 
 namespace tinyscale::comm {
 
-/// Where to put host statistics (norms, counts) a collective sums: the host when `comm` reads host
-/// memory, else `device` (nccl reads only the GPU's).
-Device statistics_device(const Communicator& comm, Device device);
-
 /// Reduces `tensor` over the group, in place.
 void all_reduce(Communicator& comm, Tensor& tensor, ReduceOp op = ReduceOp::Sum);
 /// Starts an in-place all-reduce of `tensor`; the handle keeps the tensor alive.

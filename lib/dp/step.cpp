@@ -24,10 +24,9 @@ private:
 } // namespace
 
 void reduce_step_result(comm::Communicator& group, train::StepResult& r,
-                        const nn::ModelConfig& model, Device device) {
+                        const nn::ModelConfig& model) {
   const std::vector<double> mine = train::step_sums(r, model);
-  Tensor t = Tensor::from_vector(mine, {static_cast<std::int64_t>(mine.size())}, DType::Float64,
-                                 comm::statistics_device(group, device));
+  Tensor t = Tensor::from_vector(mine, {static_cast<std::int64_t>(mine.size())}, DType::Float64);
   comm::all_reduce(group, t);
   train::set_step_sums(r, t.to_vector(), model);
 }
@@ -61,7 +60,7 @@ train::StepResult data_parallel_step(train::Trainer& trainer, const StepPlan& pl
   if (plan.after_micro_batch) plan.after_micro_batch(t.micro_batches - 1);
   if (plan.finish_gradients) plan.finish_gradients();
   if (plan.replicas != nullptr && plan.replicas->size() > 1)
-    reduce_step_result(*plan.replicas, r, trainer.config().model, trainer.device());
+    reduce_step_result(*plan.replicas, r, trainer.config().model);
   metrics::TraceRecorder::Scope scope(trace, "compute", "optimizer", "optimizer");
   if (!plan.optimizer_step) {
     trainer.finish_step(r, start, plan.grad_norm);

@@ -71,7 +71,7 @@ public:
 
   train::StepResult train_step() override {
     train::StepResult r = trainer_->train_step();
-    loads_ = all_gather_load(*dense_, trainer_->load(), trainer_->device());
+    loads_ = all_gather_load(*dense_, trainer_->load());
     return r;
   }
 

@@ -98,8 +98,7 @@ train::StepResult EpTrainer::train_step() {
   plan.grad_norm = [&] {
     const double dense = optim::global_grad_norm(dense_params_);
     const double mine = optim::global_grad_norm(expert_params_);
-    Tensor experts = Tensor::from_vector({mine * mine}, Shape({1}), DType::Float64,
-                                         comm::statistics_device(*ep_, trainer_->device()));
+    Tensor experts = Tensor::from_vector({mine * mine}, Shape({1}), DType::Float64);
     comm::all_reduce(*ep_, experts);
     return std::sqrt(dense * dense + experts.item());
   };
@@ -119,8 +118,8 @@ std::int64_t EpTrainer::parameter_count() const {
   return nn::count_elements(dense_params_) + nn::count_elements(expert_params_) * ep_->size();
 }
 
-std::vector<std::vector<EpLayerLoad>>
-all_gather_load(comm::Communicator& group, const std::vector<EpLayerLoad>& mine, Device device) {
+std::vector<std::vector<EpLayerLoad>> all_gather_load(comm::Communicator& group,
+                                                      const std::vector<EpLayerLoad>& mine) {
   // Flatten to doubles (counts are exact up to 2^53): per layer the vectors, then the scalars.
   std::vector<double> flat;
   for (const auto& l : mine) {
@@ -136,9 +135,7 @@ all_gather_load(comm::Communicator& group, const std::vector<EpLayerLoad>& mine,
                  l.dispatch_seconds, l.compute_seconds, l.combine_seconds, l.backward_seconds});
   }
   const auto n = static_cast<std::int64_t>(flat.size());
-  const Device where = comm::statistics_device(group, device);
-  const Tensor all =
-      comm::all_gather(group, Tensor::from_vector(flat, Shape({n}), DType::Float64, where));
+  const Tensor all = comm::all_gather(group, Tensor::from_vector(flat, Shape({n}), DType::Float64));
   const std::vector<double> v = all.to_vector();
   std::vector<std::vector<EpLayerLoad>> out(static_cast<std::size_t>(group.size()), mine);
   std::size_t i = 0;

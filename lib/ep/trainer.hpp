@@ -106,10 +106,8 @@ private:
 };
 
 /// Collective over `group`: every rank's load (all with the same layers and ep size), in group
-/// rank order. `device`: where the gathered buffer lives when the group's collectives need
-/// device memory (NCCL); ignored otherwise.
+/// rank order (host numbers; staged through the device for a group that reads only its memory).
 std::vector<std::vector<EpLayerLoad>> all_gather_load(comm::Communicator& group,
-                                                      const std::vector<EpLayerLoad>& mine,
-                                                      Device device = Device::cpu());
+                                                      const std::vector<EpLayerLoad>& mine);
 
 } // namespace tinyscale::ep

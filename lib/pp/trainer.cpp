@@ -83,9 +83,8 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
       costs[1] = layer_costs_.head;
       std::copy(layer_costs_.blocks.begin(), layer_costs_.blocks.end(), costs.begin() + 2);
     }
-    Tensor shared =
-        Tensor::from_vector(costs, Shape({static_cast<std::int64_t>(costs.size())}), DType::Float64,
-                            comm::statistics_device(*group_, trainer_.device()));
+    Tensor shared = Tensor::from_vector(costs, Shape({static_cast<std::int64_t>(costs.size())}),
+                                        DType::Float64);
     comm::broadcast(*group_, shared, 0);
     if (data_parallel_ != nullptr) comm::broadcast(*data_parallel_, shared, 0);
     costs = shared.to_vector();
@@ -477,8 +476,7 @@ double PipelineTrainer::evaluate() {
         comm::isend(*group_, x, schedule_.rank_of(v + 1), eval_tag)->wait();
     }
   }
-  Tensor sum = Tensor::from_vector({total}, Shape({1}), DType::Float64,
-                                   comm::statistics_device(*group_, trainer_.device()));
+  Tensor sum = Tensor::from_vector({total}, Shape({1}), DType::Float64);
   comm::all_reduce(*group_, sum); // only the last stage's rank has a loss
   return sum.item() / static_cast<double>(t.eval_batches);
 }

@@ -42,9 +42,8 @@ void PipelineTrainer::finish_step(train::StepResult& r,
   // MoE statistics of every layer, from its stage, summed over pp and then the pipelines
   const nn::ModelConfig& model = trainer_.config().model;
   const std::vector<double> figures = train::step_sums(r, model);
-  Tensor sums =
-      Tensor::from_vector(figures, Shape({static_cast<std::int64_t>(figures.size())}),
-                          DType::Float64, comm::statistics_device(*group_, trainer_.device()));
+  Tensor sums = Tensor::from_vector(figures, Shape({static_cast<std::int64_t>(figures.size())}),
+                                    DType::Float64);
   comm::all_reduce(*group_, sums);
   if (data_parallel_ != nullptr) comm::all_reduce(*data_parallel_, sums);
   train::set_step_sums(r, sums.to_vector(), model);
@@ -76,8 +75,7 @@ double PipelineTrainer::global_grad_norm() {
   }
   for (const auto& s : sharded_)
     squares += s->squares([&](std::size_t i) { return counted(s->parameters()[i].name); });
-  Tensor total = Tensor::from_vector({squares}, Shape({1}), DType::Float64,
-                                     comm::statistics_device(*group_, trainer_.device()));
+  Tensor total = Tensor::from_vector({squares}, Shape({1}), DType::Float64);
   comm::all_reduce(*group_, total);
   for (comm::Communicator* g : model_->norm_groups(sharded)) comm::all_reduce(*g, total);
   if (sharded && data_parallel_ != nullptr) comm::all_reduce(*data_parallel_, total);
@@ -110,9 +108,8 @@ void PipelineTrainer::reduce_over_data_parallel() {
     std::vector<double> part(mine.size(), 0.0);
     for (std::size_t i = 0; i < mine.size(); ++i)
       if (group_of[i] == g) part[i] = had[i];
-    Tensor counts = Tensor::from_vector(
-        part, Shape({static_cast<std::int64_t>(part.size())}), DType::Float64,
-        g != nullptr ? comm::statistics_device(*g, trainer_.device()) : Device::cpu());
+    Tensor counts =
+        Tensor::from_vector(part, Shape({static_cast<std::int64_t>(part.size())}), DType::Float64);
     if (g != nullptr && g->size() > 1) comm::all_reduce(*g, counts);
     const std::vector<double> summed = counts.to_vector();
     for (std::size_t i = 0; i < mine.size(); ++i)

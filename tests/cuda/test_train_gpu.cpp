@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,11 @@ namespace {
 constexpr int kSteps = 20;
 
 io::RunConfig tiny(const std::string& device, const std::string& precision) {
-  return io::load_config(std::string(TINYSCALE_SOURCE_DIR) + "/configs/tiny.toml",
+  // The source tree is where the build was configured, or TINYSCALE_SOURCE_DIR when the binary
+  // was carried to another machine (scripts/gpu_check).
+  const char* moved = std::getenv("TINYSCALE_SOURCE_DIR");
+  const std::string root = moved != nullptr ? moved : TINYSCALE_SOURCE_DIR;
+  return io::load_config(root + "/configs/tiny.toml",
                          {"train.steps=20", "train.device=\"" + device + "\"",
                           "model.precision=\"" + precision + "\"", "model.dropout=0.1",
                           "data.markov_train_tokens=65536", "data.markov_val_tokens=4096",

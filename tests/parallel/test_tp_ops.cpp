@@ -267,7 +267,7 @@ TEST_CASE("A layout that does not divide the model is refused before any work, n
 
 TEST_CASE("The counting communicator counts payload and ring wire bytes per region and operation, "
           "and forwards every call",
-          "[parallel][tp]") {
+          "[parallel][tp][host]") {
   std::vector<comm::CommCounts> counts(2);
   REQUIRE_NOTHROW(comm::run_threads(2, [&](comm::Communicator& world) {
     comm::CountingCommunicator counting(world);

@@ -27,18 +27,30 @@ constexpr double kTolerance = 1e-5;
 
 // Runs `body` on `n` thread ranks and returns what each rank produced, in rank order.
 template <typename T>
-std::vector<T> on_ranks(int n, const std::function<T(comm::Communicator&)>& body) {
+std::vector<T>
+on_ranks(int n, const std::function<T(comm::Communicator&)>& body,
+         comm::CommOptions options = comm::testing::test_options(std::chrono::seconds(60))) {
   std::vector<T> out(static_cast<std::size_t>(n));
   comm::run_threads(
       n,
       [&](comm::Communicator& world) { out[static_cast<std::size_t>(world.rank())] = body(world); },
-      comm::testing::test_options(std::chrono::seconds(60)));
+      options);
   return out;
+}
+
+// ZeRO hands its flat buffers to the communicator as they are, so it must read the parameters'
+// memory: a run on the CPU (the emu pass's reference) gets one that reads host memory even where
+// the pass makes the threads backend read only emu's (TINYSCALE_COMM_DEVICE_ONLY).
+comm::CommOptions options_for(const io::RunConfig& config) {
+  comm::CommOptions options = comm::testing::test_options(std::chrono::seconds(60));
+  if (config.train.device == "cpu") options.device_only.reset();
+  return options;
 }
 
 RunRecord threads_zero_run(int n, const io::RunConfig& config, zero::ZeroOptions options) {
   const std::vector<RunRecord> records = on_ranks<RunRecord>(
-      n, [&](comm::Communicator& world) { return zero_run(world, config, options); });
+      n, [&](comm::Communicator& world) { return zero_run(world, config, options); },
+      options_for(config));
   for (int r = 1; r < n; ++r) {
     INFO("rank " << r << " against rank 0");
     REQUIRE(compare_runs(records[0], records[static_cast<std::size_t>(r)], 0.0) == "");

@@ -425,7 +425,7 @@ void ShardedDataParallel::step(double lr, double clip_factor) {
   State& s = *state_;
   // A parameter that had a gradient on no rank is skipped, as optim::AdamW skips grad None.
   Tensor had = Tensor::from_vector(s.had_grad, {static_cast<std::int64_t>(s.had_grad.size())},
-                                   DType::Float64, comm::statistics_device(*s.group, s.device));
+                                   DType::Float64);
   comm::all_reduce(*s.group, had);
   const std::vector<double> any = had.to_vector();
   for (std::size_t i = 0; i < any.size(); ++i)
