@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   tinyscale::app::add_bench_pp(*bench);
   tinyscale::app::add_bench_plan(*bench);
   tinyscale::app::add_train(app);
+  tinyscale::app::add_data(app);
+  tinyscale::app::add_sample(app);
   tinyscale::app::add_export_hf(app);
   tinyscale::app::add_reshard(app);
   tinyscale::app::add_placement(app);

@@ -16,11 +16,13 @@
 #include "mesh/plan.hpp"
 #include "metrics/mfu.hpp"
 #include "metrics/progress.hpp"
+#include "train/init_from.hpp"
 #include "train/run.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -47,6 +49,18 @@ struct TrainOptions {
   bool no_prefetch = false;
   std::string backend = "auto";
   std::string trace_path;
+  std::string init_from;       // --init-from: a Hugging Face GPT-2 folder
+  std::string init_checkpoint; // its weights as this run's step-0 checkpoint (run_train writes it)
+  std::string init_note;       // what run_loop prints about it
+};
+
+// The temporary checkpoint root of --init-from, removed when the run ends.
+struct TemporaryDir {
+  std::string path;
+  ~TemporaryDir() {
+    std::error_code ignored;
+    if (!path.empty()) std::filesystem::remove_all(path, ignored);
+  }
 };
 
 nlohmann::json moe_json(const std::vector<nn::MoeLayerStats>& moe) {
@@ -115,7 +129,11 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
                 "to continue from the newest\n",
                 t.checkpoint_dir.c_str());
   }
-  std::int64_t start_step = 0; // the checkpoint's step when resuming
+  std::int64_t start_step = 0;                     // the checkpoint's step when resuming
+  if (!resuming && !opt.init_checkpoint.empty()) { // --init-from: its step-0 checkpoint
+    trainer.resume(opt.init_checkpoint);
+    if (root) std::printf("%s\n", opt.init_note.c_str());
+  }
   if (resuming) {
     trainer.resume(from);
     if (root)
@@ -263,6 +281,16 @@ void run_train(TrainOptions opt) {
   io::RunConfig config = io::load_config(opt.config, opt.overrides);
   if (opt.peak_gflops > 0) config.train.peak_gflops = opt.peak_gflops;
   if (opt.threads > 0) config.train.threads = opt.threads;
+  TemporaryDir init_root;
+  if (!opt.init_from.empty()) {
+    const io::HfModel hf = io::import_hf(opt.init_from);
+    config = train::with_hf_model(config, hf.config);
+    init_root.path =
+        (std::filesystem::temp_directory_path() / ("tinyscale-init-" + std::to_string(::getpid())))
+            .string();
+    opt.init_checkpoint = train::write_init_checkpoint(config, hf, init_root.path);
+    opt.init_note = train::describe_hf_model(opt.init_from, hf.config);
+  }
   mesh::ParallelPlan& plan = opt.plan;
   plan.bucket_bytes = opt.bucket_kb * 1024;
   plan.overlap = !opt.no_overlap;
@@ -322,6 +350,12 @@ void add_train(CLI::App& app) {
                                  "alone resumes from train.checkpoint_dir");
   resume->option_text("[DIR]");
   resume->expected(0, 1);
+  cmd->add_option("--init-from", opt->init_from,
+                  "Start from the weights of a Hugging Face GPT-2 folder (config.json + "
+                  "model.safetensors, e.g. from export-hf or the hub's gpt2) to fine-tune or "
+                  "evaluate it: the model's shape comes from the folder, the rest of the run "
+                  "from the config; every layout loads it; a resumed run ignores it")
+      ->option_text("DIR");
   cmd->add_option("--peak-gflops", opt->peak_gflops,
                   "Peak GF/s of this device for MFU (default: the cached `tinyscale bench peak`)");
   cmd->add_option(

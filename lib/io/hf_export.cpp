@@ -85,9 +85,11 @@ Tensor checked_float32(const Tensor& t, const Gpt2Tensor& want, const nn::ModelC
   return host.dtype() == DType::Float32 ? host.detach() : host.to(DType::Float32);
 }
 
-json gpt2_config_json(const nn::ModelConfig& c) {
+json gpt2_config_json(const nn::ModelConfig& c, std::optional<std::int64_t> end_of_text) {
   // GPT-2's own vocabulary has <|endoftext|> = 50256; byte-level vocabularies have no such token.
-  const json special = c.vocab_size > 50256 ? json(50256) : json(nullptr);
+  const json special = end_of_text            ? json(*end_of_text)
+                       : c.vocab_size > 50256 ? json(50256)
+                                              : json(nullptr);
   return {{"model_type", "gpt2"},
           {"architectures", {"GPT2LMHeadModel"}},
           {"vocab_size", c.vocab_size},
@@ -116,8 +118,11 @@ json gpt2_config_json(const nn::ModelConfig& c) {
 } // namespace
 
 void export_hf(const std::string& dir, const nn::ModelConfig& config,
-               const nn::ParameterList& params) {
+               const nn::ParameterList& params, std::optional<std::int64_t> end_of_text) {
   config.validate();
+  TS_CHECK(!end_of_text || (*end_of_text >= 0 && *end_of_text < config.vocab_size),
+           "export_hf: ", "expected the end-of-text id inside the vocabulary [0, ",
+           config.vocab_size, "), found ", end_of_text.value_or(-1));
   TS_CHECK(config.moe.every == 0, "export_hf: expected a dense model, found a mixture-of-experts ",
            "config (model.moe.every = ", config.moe.every,
            "); GPT-2 has one MLP per block, so MoE models cannot be exported as GPT-2");
@@ -152,7 +157,12 @@ void export_hf(const std::string& dir, const nn::ModelConfig& config,
   // transformers refuses safetensors files whose metadata lacks format = "pt".
   save_safetensors((fs::path(dir) / "model.safetensors").string(), out, {{"format", "pt"}});
   write_file_atomic((fs::path(dir) / "config.json").string(),
-                    gpt2_config_json(config).dump(2) + "\n");
+                    gpt2_config_json(config, end_of_text).dump(2) + "\n");
+  if (end_of_text) { // what generate() reads: where a text starts and ends
+    const json generation = {{"bos_token_id", *end_of_text}, {"eos_token_id", *end_of_text}};
+    write_file_atomic((fs::path(dir) / "generation_config.json").string(),
+                      generation.dump(2) + "\n");
+  }
 }
 
 namespace {

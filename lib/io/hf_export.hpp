@@ -8,6 +8,8 @@
 #include "nn/config.hpp"
 #include "nn/parameter.hpp"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace tinyscale::io {
@@ -20,8 +22,12 @@ struct HfModel {
 
 /// Writes dir/config.json and dir/model.safetensors (float32) for a dense GPT-2 model; throws on a
 /// MoE config, a missing or extra parameter, or a shape that does not match the config.
+/// `end_of_text` is the tokenizer's <|endoftext|> id, written as bos_token_id and eos_token_id
+/// (with generation_config.json); without it they are GPT-2's 50256 when the vocabulary is at least
+/// GPT-2's, else null.
 void export_hf(const std::string& dir, const nn::ModelConfig& config,
-               const nn::ParameterList& params);
+               const nn::ParameterList& params,
+               std::optional<std::int64_t> end_of_text = std::nullopt);
 
 /// Reads a GPT-2 directory (config.json + model.safetensors) as written by export_hf or by
 /// transformers; accepts a "transformer." name prefix and skips GPT-2's attention-mask buffers.
