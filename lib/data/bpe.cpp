@@ -116,9 +116,9 @@ bool is_special_name(const std::string& token) {
          token.compare(token.size() - 2, 2, "|>") == 0;
 }
 
-json read_json(const std::string& file) {
+json parse_json(std::string_view text, const std::string& file) {
   try {
-    return json::parse(io::read_file(file));
+    return json::parse(text);
   } catch (const json::exception& e) {
     TS_CHECK(false, "tokenizer: expected JSON in '", file, "', found text that does not parse (",
              e.what(), ")");
@@ -151,7 +151,7 @@ std::pair<std::string, std::string> split_merge(const std::string& line, const s
   return {line.substr(0, space), line.substr(space + 1)};
 }
 
-std::vector<std::pair<std::string, std::string>> merges_from_text(const std::string& text,
+std::vector<std::pair<std::string, std::string>> merges_from_text(std::string_view text,
                                                                   const std::string& file) {
   std::vector<std::pair<std::string, std::string>> merges;
   std::size_t start = 0;
@@ -159,7 +159,7 @@ std::vector<std::pair<std::string, std::string>> merges_from_text(const std::str
   while (start < text.size()) {
     std::size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
+    std::string line(text.substr(start, end - start));
     if (!line.empty() && line.back() == '\r') line.pop_back();
     ++line_number;
     start = end + 1;
@@ -170,7 +170,7 @@ std::vector<std::pair<std::string, std::string>> merges_from_text(const std::str
 }
 
 BpeTokenizer load_tokenizer_json(const std::string& file) {
-  const json j = read_json(file);
+  const json j = parse_json(io::read_file(file), file);
   TS_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "tokenizer: '", file,
            "': expected a Hugging Face tokenizer.json with a \"model\" object, found none");
   const json& model = j["model"];
@@ -312,21 +312,38 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     if (fs::exists(dir / vocab_name) && fs::exists(dir / merges_name)) {
       const std::string vocab_file = (dir / vocab_name).string();
       const std::string merges_file = (dir / merges_name).string();
-      return BpeTokenizer(vocab_from_json(read_json(vocab_file), vocab_file),
-                          merges_from_text(io::read_file(merges_file), merges_file));
+      return BpeTokenizer(
+          vocab_from_json(parse_json(io::read_file(vocab_file), vocab_file), vocab_file),
+          merges_from_text(io::read_file(merges_file), merges_file));
     }
   }
   if (fs::exists(dir / "tokenizer.json"))
     return load_tokenizer_json((dir / "tokenizer.json").string());
   TS_CHECK(false, "tokenizer: expected vocab.json + merges.txt, encoder.json + vocab.bpe or ",
-           "tokenizer.json in '", path, "', found none of them");
+           "tokenizer.json in '", path, "', found none of them; for GPT-2's, run ",
+           "scripts/fetch_gpt2_tokenizer (it fills tokenizers/gpt2) or download them from the hub");
   return load_tokenizer_json(""); // unreachable
+}
+
+BpeTokenizer BpeTokenizer::parse(std::string_view vocab_json, std::string_view merges_txt,
+                                 const std::string& source) {
+  return BpeTokenizer(
+      vocab_from_json(parse_json(vocab_json, source + " vocab.json"), source + " vocab.json"),
+      merges_from_text(merges_txt, source + " merges.txt"));
 }
 
 BpeTokenizer::BpeTokenizer(std::map<std::string, std::int32_t> vocab,
                            std::vector<std::pair<std::string, std::string>> merges) {
   std::int32_t max_id = -1;
-  for (const auto& [token, id] : vocab) max_id = std::max(max_id, id);
+  for (const auto& [token, id] : vocab) {
+    TS_CHECK(!token.empty(), "tokenizer: expected no empty token in the vocabulary, found one ",
+             "with id ", id);
+    max_id = std::max(max_id, id);
+  }
+  // Ids are dense in every BPE vocabulary (0 .. size-1, perhaps with a few gaps); a stray huge id
+  // would make the id table as large as the id.
+  TS_CHECK(static_cast<std::size_t>(max_id) < vocab.size() + 1024, "tokenizer: expected ids ",
+           "below the vocabulary's size (", vocab.size(), ") plus a few gaps, found id ", max_id);
   id_to_token_.assign(static_cast<std::size_t>(max_id) + 1, std::string());
   id_to_bytes_.assign(id_to_token_.size(), std::string());
   for (const auto& [token, id] : vocab) {

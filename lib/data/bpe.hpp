@@ -43,6 +43,11 @@ public:
   /// tokenizer.json file itself. Throws naming the file and what is wrong with it.
   static BpeTokenizer load(const std::string& path);
 
+  /// The tokenizer of a vocab.json and a merges.txt already in memory (`source` names them in
+  /// errors): what load() does after reading the files (fuzz/bpe_fuzz.cpp feeds it any bytes).
+  static BpeTokenizer parse(std::string_view vocab_json, std::string_view merges_txt,
+                            const std::string& source);
+
   /// Builds a tokenizer from a vocabulary (token text in byte characters -> id) and the merges in
   /// rank order (each a pair of token texts). Throws if a merge names a token the vocabulary lacks.
   BpeTokenizer(std::map<std::string, std::int32_t> vocab,

@@ -296,20 +296,31 @@ TEST_CASE("a threads communicator that reads only emu memory refuses a raw host 
                    Contains("all_reduce") && Contains("expected 'send' in emu:0 memory") &&
                        Contains("found 16 bytes in cpu") &&
                        Contains("TINYSCALE_COMM_DEVICE_ONLY") && Contains("tensor_comm"));
+  // What each rank saw, checked on this thread afterwards (Catch2's assertions are not
+  // thread-safe; ThreadSanitizer reports them from rank threads).
+  struct Seen {
+    bool reads_cpu = true;
+    Device staging = Device::cpu();
+    bool result_on_host = false;
+    std::vector<double> rows;
+    std::int64_t to_device = -1;
+    std::int64_t to_host = -1;
+  };
+  std::vector<Seen> seen(2);
   run_threads(
       2,
-      [](Communicator& comm) {
-        REQUIRE(!comm.reads(Device::Kind::CPU));
-        REQUIRE(comm.staging_device() == Device::emu());
+      [&](Communicator& comm) {
+        Seen& mine = seen[comm.rank()];
+        mine.reads_cpu = comm.reads(Device::Kind::CPU);
+        mine.staging = comm.staging_device();
         HostTraffic traffic;
         Tensor sum = rank_tensor(comm.rank(), 2);
-        std::vector<double> rows;
         {
           CountHostTraffic scope(traffic);
           all_reduce(comm, sum);
-          rows = all_gather_values(comm, std::vector<double>{1.0 + comm.rank(), 0.5});
+          mine.rows = all_gather_values(comm, std::vector<double>{1.0 + comm.rank(), 0.5});
         }
-        REQUIRE(sum.device().is_host());
+        mine.result_on_host = sum.device().is_host();
         expect_tensor(
             sum, Shape{2, 3},
             [&] {
@@ -319,10 +330,17 @@ TEST_CASE("a threads communicator that reads only emu memory refuses a raw host 
               return want;
             }(),
             "staged all_reduce");
-        REQUIRE(rows == std::vector<double>{1.0, 0.5, 2.0, 0.5});
-        // Each staged call copies its input to emu and its result back.
-        REQUIRE(traffic.copies_to_device() == 2);
-        REQUIRE(traffic.copies_to_host() == 2);
+        mine.to_device = traffic.copies_to_device();
+        mine.to_host = traffic.copies_to_host();
       },
       options);
+  for (const Seen& mine : seen) {
+    CHECK_FALSE(mine.reads_cpu);
+    CHECK(mine.staging == Device::emu());
+    CHECK(mine.result_on_host);
+    CHECK(mine.rows == std::vector<double>{1.0, 0.5, 2.0, 0.5});
+    // Each staged call copies its input to emu and its result back.
+    CHECK(mine.to_device == 2);
+    CHECK(mine.to_host == 2);
+  }
 }

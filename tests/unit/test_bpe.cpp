@@ -186,6 +186,12 @@ TEST_CASE("tokenizer files: load vocab.json + merges.txt or tokenizer.json, erro
   require_ts_error([&] { data::BpeTokenizer::load(dir.path().string() + "/none"); },
                    {"no such file or directory", "vocab.json + merges.txt"});
   require_ts_error([&] { t.decode({300}); }, {"token id in [0, 258)", "300"});
+  // What a damaged or hostile vocab.json must not do: an empty token, an id far past the size.
+  require_ts_error([&] { data::BpeTokenizer::parse(R"({"": 0})", "", "bad"); }, {"no empty token"});
+  require_ts_error([&] { data::BpeTokenizer::parse(R"({"a": 2000000000})", "", "bad"); },
+                   {"below the vocabulary's size (1)", "2000000000"});
+  require_ts_error([&] { data::BpeTokenizer::parse("{", "", "bad"); },
+                   {"expected JSON in 'bad vocab.json'"});
 }
 
 TEST_CASE("prepare: cut only where the pieces do not change, so chunked ids equal whole ids",
