@@ -2,8 +2,10 @@
 // the ordinary build (the fuzz targets themselves need clang; these tests run everywhere). Every
 // file, the inputs that once crashed a fuzz target included, must parse or be refused with a
 // tinyscale::Error: valid_* files parse, bad_* files are refused, crash_* files do either.
+#include "../../fuzz/bpe_input.hpp"
 #include "../../fuzz/config_input.hpp"
 #include "core/error.hpp"
+#include "data/bpe.hpp"
 #include "data/shards.hpp"
 #include "io/config.hpp"
 #include "io/safetensors.hpp"
@@ -191,4 +193,21 @@ TEST_CASE("a safetensors header with a number too large for a double is refused 
   REQUIRE_TS_ERROR(io::parse_safetensors(file + header + std::string(4, '\0'), "big.safetensors"),
                    Contains("parse_safetensors('big.safetensors')") &&
                        Contains("expected a JSON header") && Contains("number overflow"));
+}
+
+TEST_CASE("every tokenizer seed of the fuzz corpus loads and encodes, or is refused with a "
+          "tinyscale::Error",
+          "[unit]") {
+  replay("bpe", [](std::string_view input) {
+    // As fuzz/bpe_fuzz.cpp reads it; the text is encoded under the error policy, so a seed whose
+    // text is not UTF-8 is refused.
+    const fuzz::BpeInput in = fuzz::split_bpe_input(input);
+    if (in.vocab_and_merges) {
+      (void)data::BpeTokenizer::parse(in.a, in.b, "seed");
+      return;
+    }
+    const data::BpeTokenizer t = data::BpeTokenizer::parse(fuzz::vocab_for(in.a), in.a, "seed");
+    const std::string back = t.decode(t.encode(in.b)); // throws for text that is not UTF-8
+    CHECK(back == std::string(in.b));
+  });
 }
