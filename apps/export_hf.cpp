@@ -53,8 +53,9 @@ void run_export(const ExportOptions& opt) {
 
 void add_export_hf(CLI::App& app) {
   auto opt = std::make_shared<ExportOptions>();
-  auto* cmd = app.add_subcommand(
-      "export-hf", "Write a checkpoint as a Hugging Face GPT-2 model (config.json + safetensors)");
+  auto* cmd = app.add_subcommand("export-hf",
+                                 "Write a checkpoint as a Hugging Face GPT-2 model (config.json + "
+                                 "safetensors; with --tokenizer, the tokenizer files too)");
   cmd->add_option("dir", opt->dir, "Output directory")->required();
   cmd->add_option("--checkpoint", opt->checkpoint,
                   "Checkpoint step directory or root (follows `latest`)")
