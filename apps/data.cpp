@@ -61,7 +61,7 @@ void print_progress(const data::PrepareProgress& p) {
                human_bytes(static_cast<double>(p.bytes_done)).c_str(),
                human_bytes(static_cast<double>(p.bytes_total)).c_str(),
                p.seconds > 0 ? static_cast<double>(p.tokens) / p.seconds : 0.0);
-  if (p.bytes_done >= p.bytes_total) std::fprintf(stderr, "\n");
+  if (p.done) std::fprintf(stderr, "\n");
 }
 
 void run_prepare(PrepareCli& cli) {
@@ -73,7 +73,13 @@ void run_prepare(PrepareCli& cli) {
   if (cli.progress && ::isatty(STDERR_FILENO) != 0) cli.options.progress = print_progress;
   cli.options.chunk_bytes = cli.chunk_kb * 1024;
   const data::BpeTokenizer tokenizer = data::BpeTokenizer::load(cli.tokenizer);
-  const data::PrepareReport r = data::prepare_shards(tokenizer, cli.options);
+  data::PrepareReport r;
+  try {
+    r = data::prepare_shards(tokenizer, cli.options);
+  } catch (const Error&) {
+    if (cli.options.progress) std::fprintf(stderr, "\n"); // the error below the bar, not on it
+    throw;
+  }
   std::printf("prepared %lld document(s), %s of text -> %lld tokens (%lld train in %zu shard(s), "
               "%lld validation in %zu) in %.2f s: %.0f tokens/s on %d thread(s)\n",
               static_cast<long long>(r.documents),

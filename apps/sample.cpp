@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -75,12 +76,17 @@ std::vector<double> next_logits(const nn::GPT& model, const std::vector<std::int
   return model.head(slice(x, 1, n - 1, n)).to_vector();
 }
 
-// Draws an id from `logits` (the first `usable` of them) with temperature and top-k.
-std::int32_t draw(std::vector<double> logits, std::int64_t usable, const SampleOptions& opt,
+// Draws an id from `logits` with temperature and top-k, among the ids `drawable` allows.
+std::int32_t draw(const std::vector<double>& logits,
+                  const std::function<bool(std::int32_t)>& drawable, const SampleOptions& opt,
                   std::mt19937_64& rng) {
-  logits.resize(static_cast<std::size_t>(usable));
-  std::vector<std::int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<std::int32_t> order;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    TS_CHECK(std::isfinite(logits[i]), "sample: expected finite logits, found ", logits[i],
+             " for token ", i, "; the checkpoint's weights are damaged or diverged");
+    if (drawable(static_cast<std::int32_t>(i))) order.push_back(static_cast<std::int32_t>(i));
+  }
+  TS_CHECK(!order.empty(), "sample: no token can be drawn");
   std::stable_sort(order.begin(), order.end(),
                    [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
   if (opt.temperature == 0) return order[0]; // greedy
@@ -112,9 +118,13 @@ void run_sample(const SampleOptions& opt) {
   const nn::ModelConfig& config = model->config();
   std::optional<data::BpeTokenizer> tokenizer;
   if (!opt.tokenizer.empty()) tokenizer = data::BpeTokenizer::load(opt.tokenizer);
-  // Without a tokenizer the tokens are bytes (the `text` data source).
+  // Without a tokenizer the tokens are bytes (the `text` data source). Ids the tokenizer lacks
+  // (a vocabulary padded for speed, or gaps in it) are never drawn.
   const std::int64_t usable =
       tokenizer ? tokenizer->vocab_size() : std::min<std::int64_t>(256, config.vocab_size);
+  const auto drawable = [&](std::int32_t id) {
+    return tokenizer ? tokenizer->is_token(id) : id < usable;
+  };
   TS_CHECK(usable <= config.vocab_size, "sample: the tokenizer has ", usable, " tokens but the ",
            "model only ", config.vocab_size, "; expected the tokenizer the model was trained with");
   std::vector<std::int64_t> prompt;
@@ -146,7 +156,7 @@ void run_sample(const SampleOptions& opt) {
                                    : 0;
       const std::vector<std::int64_t> window(context.begin() + static_cast<std::ptrdiff_t>(from),
                                              context.end());
-      const std::int32_t id = draw(next_logits(*model, window), usable, opt, rng);
+      const std::int32_t id = draw(next_logits(*model, window), drawable, opt, rng);
       if (tokenizer && tokenizer->special_tokens().count(std::string(data::kEndOfText)) == 1 &&
           id == tokenizer->end_of_text())
         break; // the model ended the text

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -93,6 +94,18 @@ std::string val_line(double val_loss, std::optional<double> entropy) {
   return buf;
 }
 
+// The checkpoint a run resumes from: --resume DIR, else train.checkpoint_dir.
+std::string resume_from(const TrainOptions& opt, const train::TrainConfig& t) {
+  return opt.resume.empty() ? t.checkpoint_dir : opt.resume;
+}
+
+// Whether the run resumes: --resume, or --auto-resume with a checkpoint there (the same command
+// starts a run and resumes it, whichever is due).
+bool resumes(const TrainOptions& opt, const train::TrainConfig& t) {
+  if (opt.auto_resume) return io::holds_checkpoint(resume_from(opt, t));
+  return opt.resume_latest || !opt.resume.empty();
+}
+
 // The loop, the same for every layout: `run` steps collectively; only the `root` rank prints
 // and writes metrics; every rank evaluates and saves at the same steps (a run whose ranks hold
 // shards joins them into one checkpoint, written by rank 0).
@@ -106,14 +119,11 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
     const std::string layout = trainer.describe();
     if (!layout.empty()) std::printf("%s\n", layout.c_str());
   }
-  const std::string from = opt.resume.empty() ? t.checkpoint_dir : opt.resume;
-  bool resuming = opt.resume_latest || !opt.resume.empty();
-  if (opt.auto_resume) { // the same command starts a run and resumes it, whichever is due
-    resuming = io::holds_checkpoint(from);
-    if (root && !resuming)
-      std::printf("auto-resume: no checkpoint in %s yet, so this run starts at step 0\n",
-                  from.c_str());
-  }
+  const std::string from = resume_from(opt, t);
+  const bool resuming = resumes(opt, t);
+  if (opt.auto_resume && root && !resuming)
+    std::printf("auto-resume: no checkpoint in %s yet, so this run starts at step 0\n",
+                from.c_str());
   if (root && t.checkpoint_every > 0) {
     const std::string every = t.checkpoint_every == 1
                                   ? std::string("every step")
@@ -283,13 +293,24 @@ void run_train(TrainOptions opt) {
   if (opt.threads > 0) config.train.threads = opt.threads;
   TemporaryDir init_root;
   if (!opt.init_from.empty()) {
-    const io::HfModel hf = io::import_hf(opt.init_from);
-    config = train::with_hf_model(config, hf.config);
-    init_root.path =
-        (std::filesystem::temp_directory_path() / ("tinyscale-init-" + std::to_string(::getpid())))
-            .string();
-    opt.init_checkpoint = train::write_init_checkpoint(config, hf, init_root.path);
-    opt.init_note = train::describe_hf_model(opt.init_from, hf.config);
+    // The model's shape is the folder's in any case (a resumed run's checkpoint has it); its
+    // weights are read only when the run starts at step 0.
+    config = train::with_hf_model(config, io::read_hf_config(opt.init_from));
+    if (!resumes(opt, config.train)) {
+      const io::HfModel hf = io::import_hf(opt.init_from);
+      std::string pattern;
+      try {
+        pattern = (std::filesystem::temp_directory_path() / "tinyscale-init-XXXXXX").string();
+      } catch (const std::filesystem::filesystem_error& e) {
+        throw Error(std::string("train --init-from: no temporary folder (") + e.what() +
+                    "); set TMPDIR to a writable folder");
+      }
+      TS_CHECK(::mkdtemp(pattern.data()) != nullptr, "train --init-from: could not create a ",
+               "temporary folder like ", pattern, "; set TMPDIR to a writable folder");
+      init_root.path = pattern;
+      opt.init_checkpoint = train::write_init_checkpoint(config, hf, init_root.path + "/run");
+      opt.init_note = train::describe_hf_model(opt.init_from, hf.config);
+    }
   }
   mesh::ParallelPlan& plan = opt.plan;
   plan.bucket_bytes = opt.bucket_kb * 1024;

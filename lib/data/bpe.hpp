@@ -64,6 +64,10 @@ public:
   std::string decode(const std::vector<std::int32_t>& ids) const;
   /// The bytes of one token.
   std::string token_bytes(std::int32_t id) const;
+  /// Whether `id` names a token (ids below vocab_size() that the vocabulary skips do not).
+  bool is_token(std::int32_t id) const {
+    return id >= 0 && id < vocab_size() && !id_to_token_[static_cast<std::size_t>(id)].empty();
+  }
 
   /// Writes `dir`/vocab.json and `dir`/merges.txt (the Hugging Face names), which load() reads
   /// back to the same tokenizer; creates `dir` if needed.
@@ -83,6 +87,7 @@ public:
   const std::map<std::string, std::int32_t>& special_tokens() const { return special_; }
 
 private:
+  static BpeTokenizer load_unchecked(const std::string& path);
   std::vector<std::int32_t> bpe(std::string_view piece) const;
 
   std::vector<std::string> id_to_token_; // token text in byte characters, by id ("" = unused)

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -70,7 +71,28 @@ void check_options(const PrepareOptions& o) {
 
 } // namespace
 
+namespace {
+std::vector<std::string> list_text_files_unchecked(const std::vector<std::string>& inputs);
+PrepareReport prepare_shards_unchecked(const BpeTokenizer& tokenizer, const PrepareOptions& o);
+
+// Runs `f`, turning the std::filesystem errors it throws (a folder that cannot be read, a full
+// disk) into tinyscale::Error, which names the path and is what every caller expects.
+template <typename F> auto filesystem_errors_as_error(F f) {
+  try {
+    return f();
+  } catch (const fs::filesystem_error& e) {
+    throw Error(std::string("data prepare: ") + e.what() +
+                "; check the path and its permissions, and the free space");
+  }
+}
+} // namespace
+
 std::vector<std::string> list_text_files(const std::vector<std::string>& inputs) {
+  return filesystem_errors_as_error([&] { return list_text_files_unchecked(inputs); });
+}
+
+namespace {
+std::vector<std::string> list_text_files_unchecked(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const std::string& input : inputs) {
     TS_CHECK(fs::exists(input), "data prepare: expected an input file or folder at '", input,
@@ -96,25 +118,40 @@ std::vector<std::string> list_text_files(const std::vector<std::string>& inputs)
   }
   return files;
 }
+} // namespace
 
 std::vector<std::size_t> safe_cuts(std::string_view text, std::int64_t chunk_bytes) {
   std::vector<std::size_t> cuts;
   const auto step = static_cast<std::size_t>(std::max<std::int64_t>(chunk_bytes, 1));
   std::size_t from = step;
   while (from < text.size()) {
-    std::size_t p = text.find('\n', from - 1);
-    while (p != std::string_view::npos &&
-           !(p >= 1 && p + 1 < text.size() && printable(text[p - 1]) && printable(text[p + 1]))) {
-      p = text.find('\n', p + 1);
+    // The first '\n' at or after from - 1 with a printable character after it and, before it,
+    // a printable one (cut after the '\n') or "\r" after a printable one (cut between '\r' and
+    // '\n': "X\r" | "\nY" gives the pieces "\r", "\n" of the whole text, where "X\r\n" | "Y"
+    // would give "\r\n").
+    std::size_t cut = 0;
+    for (std::size_t p = text.find('\n', from - 1); p != std::string_view::npos && cut == 0;
+         p = text.find('\n', p + 1)) {
+      if (p < 1 || p + 1 >= text.size() || !printable(text[p + 1])) continue;
+      if (printable(text[p - 1])) {
+        cut = p + 1;
+      } else if (text[p - 1] == '\r' && p >= 2 && printable(text[p - 2])) {
+        cut = p;
+      }
     }
-    if (p == std::string_view::npos) break;
-    cuts.push_back(p + 1);
-    from = p + 1 + step;
+    if (cut == 0) break;
+    cuts.push_back(cut);
+    from = cut + step;
   }
   return cuts;
 }
 
 PrepareReport prepare_shards(const BpeTokenizer& tokenizer, const PrepareOptions& o) {
+  return filesystem_errors_as_error([&] { return prepare_shards_unchecked(tokenizer, o); });
+}
+
+namespace {
+PrepareReport prepare_shards_unchecked(const BpeTokenizer& tokenizer, const PrepareOptions& o) {
   check_options(o);
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
@@ -158,7 +195,7 @@ PrepareReport prepare_shards(const BpeTokenizer& tokenizer, const PrepareOptions
   std::atomic<std::int64_t> replaced{0};
   std::atomic<int> finished{0};
   std::mutex error_mutex;
-  std::string first_error;
+  std::exception_ptr first_error; // the first failure of any thread, rethrown here after the join
   const auto work = [&] {
     BpeCache cache;
     for (std::size_t c = next++; c < chunks.size(); c = next++) {
@@ -180,9 +217,10 @@ PrepareReport prepare_shards(const BpeTokenizer& tokenizer, const PrepareOptions
           replaced += n;
         }
         encoded[c] = tokenizer.encode(text, &cache, o.invalid);
-      } catch (const Error& e) {
+        if (cache.size() > (1u << 20)) cache.clear(); // bounded memory on text with few repeats
+      } catch (...) { // anything, std::bad_alloc included: a thread must not terminate the process
         const std::lock_guard<std::mutex> lock(error_mutex);
-        if (first_error.empty()) first_error = e.what();
+        if (!first_error) first_error = std::current_exception();
         next = chunks.size(); // stop the others early
       }
       bytes_done += static_cast<std::int64_t>(ch.end - ch.begin);
@@ -190,17 +228,32 @@ PrepareReport prepare_shards(const BpeTokenizer& tokenizer, const PrepareOptions
     }
     ++finished;
   };
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(work);
-  if (o.progress) {
-    while (finished.load() < threads) {
-      o.progress({bytes_done.load(), report.bytes, tokens_done.load(), elapsed()});
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    std::vector<std::thread> pool;
+    // Joins every thread however this block is left (a failed thread start, a throwing progress
+    // callback): a joinable std::thread destroyed would terminate the process.
+    struct JoinAll {
+      std::vector<std::thread>& pool;
+      std::atomic<std::size_t>& next;
+      std::size_t end;
+      bool finishing = false; // set when every chunk may still be encoded
+      ~JoinAll() {
+        if (!finishing) next = end; // leaving early: the threads take no further chunk
+        for (std::thread& t : pool)
+          if (t.joinable()) t.join();
+      }
+    } join_all{pool, next, chunks.size()};
+    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+    if (o.progress) {
+      while (finished.load() < threads) {
+        o.progress({bytes_done.load(), report.bytes, tokens_done.load(), elapsed()});
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
     }
+    join_all.finishing = true;
   }
-  for (std::thread& t : pool) t.join();
-  if (!first_error.empty()) throw Error(first_error);
-  if (o.progress) o.progress({report.bytes, report.bytes, tokens_done.load(), elapsed()});
+  if (first_error) std::rethrow_exception(first_error);
+  if (o.progress) o.progress({report.bytes, report.bytes, tokens_done.load(), elapsed(), true});
 
   // Join: each document is <|endoftext|> and its chunks' ids.
   std::vector<std::uint16_t> tokens;
@@ -221,11 +274,23 @@ PrepareReport prepare_shards(const BpeTokenizer& tokenizer, const PrepareOptions
            " train and ", report.val_tokens, " validation tokens (", report.tokens,
            " in all); give more text or change val_fraction");
 
-  // Write into a temporary folder beside the output, then rename it into place.
-  const fs::path out(o.out_dir);
+  // Write into a temporary folder beside the output, then rename it into place. The path is
+  // normalised first: with a trailing '/' ("shards/") its last name would be empty.
+  fs::path out = fs::path(o.out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();
+  TS_CHECK(!out.empty() && out.filename() != "." && out.filename() != "..",
+           "data prepare: ", "expected an output folder to create, found '", o.out_dir, "'");
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
   fs::create_directories(parent);
   const fs::path tmp = parent / (out.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  struct RemoveUnlessKept { // the temporary folder goes, whatever fails, unless it became `out`
+    fs::path path;
+    bool keep = false;
+    ~RemoveUnlessKept() {
+      std::error_code ignored;
+      if (!keep) fs::remove_all(path, ignored);
+    }
+  } temporary{tmp};
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   const auto train_end = static_cast<std::size_t>(report.train_tokens);
@@ -248,15 +313,24 @@ PrepareReport prepare_shards(const BpeTokenizer& tokenizer, const PrepareOptions
       {"train_shards", report.train_shards},
       {"val_shards", report.val_shards}};
   io::write_file_atomic((tmp / "prepare.json").string(), manifest.dump(2) + "\n");
+  io::fsync_directory(tmp.string()); // every shard's entry, before the folder gets its name
   if (fs::exists(out)) {
-    const fs::path old = parent / (out.filename().string() + ".old-" + std::to_string(::getpid()));
-    fs::rename(out, old);
-    fs::rename(tmp, out);
-    fs::remove_all(old);
+    TS_CHECK(o.force, "data prepare: expected no '", out.string(), "', found one (it appeared ",
+             "while the text was encoded); pass --force to replace it");
+    // Swap the new folder in, in one step where the file system can; the old one is then `tmp`.
+    if (!io::exchange_durably(tmp.string(), out.string())) {
+      const fs::path old =
+          parent / (out.filename().string() + ".old-" + std::to_string(::getpid()));
+      fs::rename(out, old);
+      io::rename_durably(tmp.string(), out.string());
+      fs::remove_all(old);
+    }
   } else {
-    fs::rename(tmp, out);
+    io::rename_durably(tmp.string(), out.string());
+    temporary.keep = true;
   }
   return report;
 }
+} // namespace
 
 } // namespace tinyscale::data

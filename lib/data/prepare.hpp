@@ -5,7 +5,8 @@
 // temporary folder beside it, which is renamed into place at the end.
 // The easy thing to get wrong: encoding a large file in parallel chunks must not change its tokens.
 // A chunk may start only where the pieces are the same whether or not the text is cut there: after
-// a lone '\n' (a non-space before it) and before a non-space. A longer white-space run would split
+// a lone '\n' (a printable character before it) and before a printable character, or inside such
+// a "\r\n", between its two characters. A longer white-space run would split
 // differently at the end of a chunk (`\s+(?!\S)` takes the whole run there), so "a\n\nB" is never
 // cut. Then the ids equal those of the whole file encoded at once (a test checks this).
 #pragma once
@@ -26,6 +27,7 @@ struct PrepareProgress {
   std::int64_t bytes_total = 0;
   std::int64_t tokens = 0;
   double seconds = 0;
+  bool done = false; ///< the last call: every chunk is encoded
 };
 
 struct PrepareOptions {
@@ -58,9 +60,10 @@ struct PrepareReport {
 /// (recursively, hidden ones skipped) sorted by path. Throws on a path that does not exist.
 std::vector<std::string> list_text_files(const std::vector<std::string>& inputs);
 
-/// Where a text of this content may be cut for parallel encoding: offsets in (0, size), at most
-/// about `chunk_bytes` apart where the text allows, each p with text[p-2] a printable ASCII
-/// character, text[p-1] = '\n' and text[p] printable ASCII (not a space).
+/// Where a text may be cut for parallel encoding: offsets in (0, size), increasing, each at least
+/// `chunk_bytes` after the one before (and the first at least `chunk_bytes` in), each right after
+/// a lone newline that has a printable ASCII character on both sides, or between the carriage
+/// return and the newline of such a "\\r\\n".
 std::vector<std::size_t> safe_cuts(std::string_view text, std::int64_t chunk_bytes);
 
 /// Encodes every input and writes the shards and prepare.json (what was made, from what).

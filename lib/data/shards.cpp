@@ -3,6 +3,7 @@
 #include "data/shards.hpp"
 
 #include "core/error.hpp"
+#include "io/file.hpp"
 
 #include <algorithm>
 #include <array>
@@ -47,12 +48,9 @@ void write_token_shard(const std::string& path, const std::vector<std::uint16_t>
     bytes[kHeaderBytes + 2 * i] = static_cast<unsigned char>(tokens[i] & 0xff);
     bytes[kHeaderBytes + 2 * i + 1] = static_cast<unsigned char>(tokens[i] >> 8);
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TS_CHECK(out.good(), "write_token_shard: expected a writable file, could not open '", path,
-           "'; check that its directory exists");
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-  TS_CHECK(out.good(), "write_token_shard: writing '", path, "' failed (disk full?)");
+  // Atomic and durable: a reader sees the whole shard or none (io/file.hpp).
+  io::write_file_atomic(
+      path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 std::vector<std::uint16_t> read_token_shard(const std::string& path, std::int64_t vocab_size) {

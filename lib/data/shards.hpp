@@ -19,7 +19,7 @@ inline constexpr std::int32_t kShardVersion = 1;
 /// Header size in int32 values (1024 bytes).
 inline constexpr int kShardHeaderInts = 256;
 
-/// Writes `tokens` as one shard at `path` (overwriting it).
+/// Writes `tokens` as one shard at `path` (overwriting it), atomically and durably.
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);
 
 /// The tokens of one shard; throws on a missing, foreign, wrong-version or truncated file and

@@ -9,11 +9,11 @@ namespace tinyscale::data {
 
 /// The Unicode version the tables were generated from ("14.0.0").
 const char* unicode_version();
-/// General category L* (Lu, Ll, Lt, Lm, Lo): what the regex class \p{L} matches.
+/// General category L* (Lu, Ll, Lt, Lm, Lo): what the regex class `\\p{L}` matches.
 bool is_letter(char32_t c);
-/// General category N* (Nd, Nl, No): what \p{N} matches.
+/// General category N* (Nd, Nl, No): what `\\p{N}` matches.
 bool is_number(char32_t c);
-/// The White_Space property: what \s matches.
+/// The White_Space property: what `\\s` matches.
 bool is_white_space(char32_t c);
 
 } // namespace tinyscale::data

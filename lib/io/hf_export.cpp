@@ -233,6 +233,11 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
 
 } // namespace
 
+nn::ModelConfig read_hf_config(const std::string& dir) {
+  const std::string config_file = (fs::path(dir) / "config.json").string();
+  return parse_gpt2_config(read_json(config_file), config_file);
+}
+
 HfModel import_hf(const std::string& dir) {
   HfModel model;
   const std::string config_file = (fs::path(dir) / "config.json").string();

@@ -29,6 +29,9 @@ void export_hf(const std::string& dir, const nn::ModelConfig& config,
                const nn::ParameterList& params,
                std::optional<std::int64_t> end_of_text = std::nullopt);
 
+/// The model config of a GPT-2 directory's config.json alone (no weights read).
+nn::ModelConfig read_hf_config(const std::string& dir);
+
 /// Reads a GPT-2 directory (config.json + model.safetensors) as written by export_hf or by
 /// transformers; accepts a "transformer." name prefix and skips GPT-2's attention-mask buffers.
 HfModel import_hf(const std::string& dir);

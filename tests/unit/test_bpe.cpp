@@ -221,6 +221,27 @@ TEST_CASE("prepare: cut only where the pieces do not change, so chunked ids equa
   const std::vector<std::int32_t> last = t.encode(std::string_view(text).substr(begin));
   joined.insert(joined.end(), last.begin(), last.end());
   CHECK(joined == t.encode(text));
+  // Windows line ends: cut between '\r' and '\n', never after "\r\n" (which the end of a chunk
+  // would keep whole while the whole text splits it before a word).
+  const std::string cr = data::byte_character('\r');
+  const data::BpeTokenizer crlf = toy({{cr, nl}, {sp, sp}, {"a", "b"}});
+  std::string dos;
+  for (int i = 0; i < 200; ++i) dos += i % 2 == 0 ? "ab ab\r\nab" : "ab\r\n\r\nab  ab\r\n";
+  std::vector<std::int32_t> dos_joined;
+  std::size_t dos_begin = 0;
+  const std::vector<std::size_t> dos_cuts = data::safe_cuts(dos, 16);
+  CHECK(dos_cuts.size() >= 50);
+  for (std::size_t cut : dos_cuts) {
+    CHECK(dos[cut - 1] == '\r');
+    CHECK(dos[cut] == '\n');
+    const std::vector<std::int32_t> ids =
+        crlf.encode(std::string_view(dos).substr(dos_begin, cut - dos_begin));
+    dos_joined.insert(dos_joined.end(), ids.begin(), ids.end());
+    dos_begin = cut;
+  }
+  const std::vector<std::int32_t> dos_last = crlf.encode(std::string_view(dos).substr(dos_begin));
+  dos_joined.insert(dos_joined.end(), dos_last.begin(), dos_last.end());
+  CHECK(dos_joined == crlf.encode(dos));
   // Negative control: a cut after "\n\n" ends a chunk with a run that the whole text splits
   // ("\n", "\n" before a word) but the chunk's end keeps whole ("\n\n", one merged token).
   const std::size_t bad = text.find("\n\n") + 2;
@@ -259,6 +280,21 @@ TEST_CASE("prepare: documents start with <|endoftext|>, the output appears whole
   CHECK(std::filesystem::exists(o.out_dir + "/prepare.json"));
 
   require_ts_error([&] { data::prepare_shards(t, o); }, {"found one", "--force"});
+
+  // Many chunks on 2 threads, an output path with a trailing '/': every chunk is encoded, in order.
+  std::string many;
+  for (int i = 0; i < 500; ++i) many += "ab ba ab\nb";
+  std::ofstream(dir.path().string() + "/many.txt") << many;
+  data::PrepareOptions m = o;
+  m.inputs = {dir.path().string() + "/many.txt"};
+  m.out_dir = dir.path().string() + "/many/";
+  m.val_fraction = 0;
+  m.chunk_bytes = 16;
+  const data::PrepareReport rm = data::prepare_shards(t, m);
+  std::vector<std::uint16_t> want{257};
+  for (std::int32_t id : t.encode(many)) want.push_back(static_cast<std::uint16_t>(id));
+  CHECK(data::read_token_shard(dir.path().string() + "/many/data_train_000000.bin", 258) == want);
+  CHECK(rm.tokens == static_cast<std::int64_t>(want.size()));
   o.force = true;
   o.shard_tokens = 4;
   const data::PrepareReport again = data::prepare_shards(t, o);
