@@ -38,6 +38,21 @@ template <typename F> void require_ts_error(F f, const std::vector<std::string>&
   CHECK(threw);
 }
 
+// The ids of `text` encoded piece by piece, cut at `cuts` (increasing offsets), joined.
+std::vector<std::int32_t> encode_in_chunks(const data::BpeTokenizer& t, std::string_view text,
+                                           const std::vector<std::size_t>& cuts) {
+  std::vector<std::int32_t> joined;
+  std::size_t begin = 0;
+  for (std::size_t end : cuts) {
+    const std::vector<std::int32_t> ids = t.encode(text.substr(begin, end - begin));
+    joined.insert(joined.end(), ids.begin(), ids.end());
+    begin = end;
+  }
+  const std::vector<std::int32_t> last = t.encode(text.substr(begin));
+  joined.insert(joined.end(), last.begin(), last.end());
+  return joined;
+}
+
 // A toy byte-level vocabulary: the 256 bytes, then the merges' results in order.
 data::BpeTokenizer toy(const std::vector<std::pair<std::string, std::string>>& merges) {
   std::map<std::string, std::int32_t> vocab;
@@ -207,48 +222,28 @@ TEST_CASE("prepare: cut only where the pieces do not change, so chunked ids equa
   }
   const std::vector<std::size_t> cuts = data::safe_cuts(text, 16);
   CHECK(cuts.size() >= 100);
-  std::vector<std::int32_t> joined;
-  std::size_t begin = 0;
   for (std::size_t cut : cuts) {
     CHECK(text[cut - 1] == '\n');
     CHECK(text[cut - 2] != '\n');
     CHECK(text[cut] != ' ');
-    const std::vector<std::int32_t> ids =
-        t.encode(std::string_view(text).substr(begin, cut - begin));
-    joined.insert(joined.end(), ids.begin(), ids.end());
-    begin = cut;
   }
-  const std::vector<std::int32_t> last = t.encode(std::string_view(text).substr(begin));
-  joined.insert(joined.end(), last.begin(), last.end());
-  CHECK(joined == t.encode(text));
+  CHECK(encode_in_chunks(t, text, cuts) == t.encode(text));
   // Windows line ends: cut between '\r' and '\n', never after "\r\n" (which the end of a chunk
   // would keep whole while the whole text splits it before a word).
   const std::string cr = data::byte_character('\r');
   const data::BpeTokenizer crlf = toy({{cr, nl}, {sp, sp}, {"a", "b"}});
   std::string dos;
   for (int i = 0; i < 200; ++i) dos += i % 2 == 0 ? "ab ab\r\nab" : "ab\r\n\r\nab  ab\r\n";
-  std::vector<std::int32_t> dos_joined;
-  std::size_t dos_begin = 0;
   const std::vector<std::size_t> dos_cuts = data::safe_cuts(dos, 16);
   CHECK(dos_cuts.size() >= 50);
   for (std::size_t cut : dos_cuts) {
     CHECK(dos[cut - 1] == '\r');
     CHECK(dos[cut] == '\n');
-    const std::vector<std::int32_t> ids =
-        crlf.encode(std::string_view(dos).substr(dos_begin, cut - dos_begin));
-    dos_joined.insert(dos_joined.end(), ids.begin(), ids.end());
-    dos_begin = cut;
   }
-  const std::vector<std::int32_t> dos_last = crlf.encode(std::string_view(dos).substr(dos_begin));
-  dos_joined.insert(dos_joined.end(), dos_last.begin(), dos_last.end());
-  CHECK(dos_joined == crlf.encode(dos));
+  CHECK(encode_in_chunks(crlf, dos, dos_cuts) == crlf.encode(dos));
   // Negative control: a cut after "\n\n" ends a chunk with a run that the whole text splits
   // ("\n", "\n" before a word) but the chunk's end keeps whole ("\n\n", one merged token).
-  const std::size_t bad = text.find("\n\n") + 2;
-  std::vector<std::int32_t> naive = t.encode(std::string_view(text).substr(0, bad));
-  const std::vector<std::int32_t> rest = t.encode(std::string_view(text).substr(bad));
-  naive.insert(naive.end(), rest.begin(), rest.end());
-  CHECK(naive != t.encode(text));
+  CHECK(encode_in_chunks(t, text, {text.find("\n\n") + 2}) != t.encode(text));
 }
 
 TEST_CASE("prepare: documents start with <|endoftext|>, the output appears whole, errors say why",
