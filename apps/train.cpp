@@ -9,10 +9,13 @@
 // one. Only rank 0 prints and writes metrics; every rank steps, evaluates and saves together.
 #include "backend/cpu/intra_op.hpp"
 #include "comm/launch.hpp"
+#include "comm/launcher.hpp"
 #include "commands.hpp"
+#include "core/device_query.hpp"
 #include "fourd/run.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
+#include "mesh/host_map.hpp"
 #include "mesh/plan.hpp"
 #include "metrics/mfu.hpp"
 #include "metrics/progress.hpp"
@@ -281,6 +284,24 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
   }
 }
 
+// Processes (mpirun, srun): which host, local rank and device each rank got, and whether each
+// group of the mesh stays inside a host. Collective; rank 0 prints. (Threads share one process.)
+void print_host_map(const mesh::ParallelPlan& plan, const train::TrainConfig& t,
+                    comm::Communicator& world, comm::Backend backend, int threads) {
+  const comm::LaunchInfo launch = comm::read_launch_info();
+  std::string device = t.device;
+  if (t.device == "cpu")
+    device += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+  else if (t.device == "cuda")
+    device += ":" + std::to_string(cuda_current_device());
+  const auto hosts = mesh::gather_rank_hosts(world, launch, device);
+  if (world.rank() != 0) return;
+  std::printf("%s", mesh::format_host_map(plan.for_world(world.size()).mesh_layout(), hosts, launch,
+                                          comm::backend_name(backend))
+                        .c_str());
+  std::fflush(stdout);
+}
+
 void run_train(TrainOptions opt) {
   if (opt.list_keys) {
     std::cout << io::describe_keys();
@@ -341,6 +362,7 @@ void run_train(TrainOptions opt) {
   comm::run_world(backend, plan.threads_world(), [&](comm::Communicator& world) {
     cpu::IntraOpThreads intra_op(per_rank); // on this rank's thread, for its whole run
     std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world, opt.trace_path);
+    if (!threads) print_host_map(plan, config.train, world, backend, per_rank);
     run_loop(opt, config, *run, world.rank() == 0, world.size(), per_rank);
     run->finish();
   });

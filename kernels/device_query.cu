@@ -23,6 +23,15 @@ std::vector<CudaDeviceInfo> cuda_devices() {
   return devices;
 }
 
+int cuda_current_device() {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+
 std::string cuda_unavailable_reason() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);

@@ -5,6 +5,7 @@
 // (run_threads, the threads launcher, lives with the threads backend.)
 #include "comm/launch.hpp"
 
+#include "comm/launcher.hpp"
 #include "core/error.hpp"
 
 #include <cstdio>
@@ -56,14 +57,7 @@ bool built_with_nccl() {
 #endif
 }
 
-bool launched_by_mpirun() {
-  // Open MPI sets OMPI_COMM_WORLD_*; MPICH's hydra and Intel MPI set PMI_*; PMIx launchers
-  // (Open MPI 4+, Slurm's srun --mpi=pmix) set PMIX_RANK; MVAPICH sets MV2_COMM_WORLD_*.
-  for (const char* variable :
-       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"})
-    if (std::getenv(variable) != nullptr) return true;
-  return false;
-}
+bool launched_by_mpirun() { return read_launch_info().mpi_wireup; }
 
 namespace {
 
@@ -105,6 +99,7 @@ template <typename Step> void abort_world_on_failure(const MpiRuntime& runtime, 
 } // namespace
 
 Backend resolve_backend(Backend backend, Device device) {
+  check_mpi_wireup(read_launch_info()); // srun -n 2 without --mpi=pmix: two worlds of one
   if (backend == Backend::Auto) {
     if (!launched_by_mpirun()) return Backend::Threads;
     // nccl bootstraps over MPI, so it needs the mpi backend built too.
@@ -138,7 +133,14 @@ void run_world(Backend backend, int threads_world_size, const RankFunction& fn,
   // The world communicator dies before the runtime that finalises MPI. A failure on one of
   // several ranks aborts them all here, before any destructor waits on the others.
   std::unique_ptr<MpiCommunicator> world;
-  abort_world_on_failure(mpi, [&] { world = MpiCommunicator::world(options); });
+  abort_world_on_failure(mpi, [&] {
+    world = MpiCommunicator::world(options);
+    const LaunchInfo launch = read_launch_info();
+    TS_CHECK(launch.world == 0 || launch.world == world->size(), launch.launcher, " started ",
+             launch.world, " processes, but MPI joined them into a world of ", world->size(),
+             ": the launcher and the MPI library disagree (an MPI plugin the launcher lacks, or ",
+             "an mpirun of another MPI); `tinyscale info` in the same job shows what each sees");
+  });
   if (backend == Backend::Mpi) {
     abort_world_on_failure(mpi, [&] { fn(*world); });
     return;

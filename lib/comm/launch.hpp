@@ -27,11 +27,13 @@ Backend parse_backend(const std::string& name);
 bool built_with_mpi();
 /// True when this build contains the nccl backend (NCCL and the CUDA runtime were found).
 bool built_with_nccl();
-/// True when this process was started by mpirun/mpiexec (Open MPI, MPICH or PMIx variables).
+/// True when this process was started by a launcher MPI can join it to its peers through:
+/// mpirun/mpiexec (Open MPI, MPICH, MVAPICH) or srun with its pmix or pmi2 plugin (launcher.hpp).
 bool launched_by_mpirun();
-/// The backend Auto stands for in this process, for a model on `device`: under mpirun, nccl
-/// when the model is on a GPU and this build has NCCL, else mpi; threads without mpirun. Any
-/// other backend is checked against the build and returned.
+/// The backend Auto stands for in this process, for a model on `device`: under mpirun (or srun),
+/// nccl when the model is on a GPU and this build has NCCL, else mpi; threads without a launcher.
+/// Any other backend is checked against the build and returned. Throws first when a launcher
+/// started several processes MPI cannot join (check_mpi_wireup).
 Backend resolve_backend(Backend backend, Device device = Device::cpu());
 
 /// A rank's function: called once per rank with that rank's world communicator.

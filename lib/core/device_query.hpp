@@ -20,6 +20,9 @@ struct CudaDeviceInfo {
 bool cuda_compiled();
 /// The CUDA devices visible now (empty without a GPU, a driver, or a CUDA build).
 std::vector<CudaDeviceInfo> cuda_devices();
+/// The CUDA device this thread's CUDA calls go to (cudaGetDevice), -1 without a CUDA build or
+/// a device.
+int cuda_current_device();
 /// Why cuda_devices() is empty, or "" when it is not.
 std::string cuda_unavailable_reason();
 

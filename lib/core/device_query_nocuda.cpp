@@ -5,6 +5,7 @@ namespace tinyscale {
 
 bool cuda_compiled() { return false; }
 std::vector<CudaDeviceInfo> cuda_devices() { return {}; }
+int cuda_current_device() { return -1; }
 std::string cuda_unavailable_reason() {
   return "this build has no CUDA kernels (configure with -DTINYSCALE_CUDA=ON where nvcc exists)";
 }

@@ -51,8 +51,9 @@ std::string seconds_text(double s) {
   return printf_string("%.3g s", s);
 }
 
-// "0-7, 16-23" or "0, 8, 16, ..., 56": runs of consecutive ranks, long lists shortened.
-std::string ranks_text(const std::vector<int>& ranks) {
+} // namespace
+
+std::string format_ranks(const std::vector<int>& ranks) {
   std::vector<std::string> runs;
   for (std::size_t i = 0; i < ranks.size();) {
     std::size_t j = i;
@@ -73,8 +74,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
-// Rows of cells as a Markdown table with aligned columns; the first row is the header.
-std::string table(const std::vector<std::vector<std::string>>& rows) {
+std::string format_table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::size_t> width(rows.front().size(), 3);
   for (const auto& row : rows)
     for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
@@ -90,8 +90,6 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
   }
   return out;
 }
-
-} // namespace
 
 double ring_all_reduce_seconds(int ranks, double bytes, double bandwidth_gb_s, double latency_us) {
   if (ranks <= 1) return 0;
@@ -165,14 +163,14 @@ std::string format_placement(const PlacementReport& report, const Topology& topo
     rows.push_back(
         {g.same_as.empty() ? name : name + " (= " + g.same_as + ")",
          std::to_string(g.group_count) + " x " + std::to_string(g.group_size),
-         ranks_text(g.example), crossed,
+         format_ranks(g.example), crossed,
          printf_string("%g GB/s, ", g.bandwidth_gb_s) + printf_string("%g us", g.latency_us),
          seconds_text(g.all_reduce_s)});
   }
   std::string out = "placement: rank r on device r; " + std::to_string(report.world_size) +
                     " ranks on " + std::to_string(report.device_count) + " devices (" +
                     std::to_string(report.device_count - report.world_size) + " idle)\n\n";
-  out += table(rows);
+  out += format_table(rows);
   if (!single.empty())
     out += "\nnot shown (one rank per group, no communication): " + single + "\n";
   out +=
@@ -205,7 +203,7 @@ std::string format_rank_table(const MeshLayout& layout, const Topology& topology
       row.push_back(std::to_string(topology.unit_of(r, static_cast<int>(l))));
     rows.push_back(std::move(row));
   }
-  std::string out = table(rows);
+  std::string out = format_table(rows);
   if (shown < layout.world_size())
     out += "... " + std::to_string(layout.world_size() - shown) + " more ranks not shown\n";
   return out;

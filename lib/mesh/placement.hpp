@@ -51,4 +51,9 @@ std::string format_placement(const PlacementReport& report, const Topology& topo
 /// first `max_rows` rows and a line saying how many were left out.
 std::string format_rank_table(const MeshLayout& layout, const Topology& topology, int max_rows);
 
+/// Rows of cells as a Markdown table with aligned columns; the first row is the header.
+std::string format_table(const std::vector<std::vector<std::string>>& rows);
+/// "0-7, 16-23" or "0, 8, 16, ..., 56": ranks (ascending) as runs, long lists shortened.
+std::string format_ranks(const std::vector<int>& ranks);
+
 } // namespace tinyscale::mesh

@@ -1,6 +1,7 @@
 #include "train/run.hpp"
 
 #include "backend/cpu/intra_op.hpp"
+#include "comm/launcher.hpp"
 
 namespace tinyscale::train {
 
@@ -21,7 +22,11 @@ std::unique_ptr<RankRun> make_single_rank_run(const io::RunConfig& config) {
 
 int threads_per_rank(const TrainConfig& train, int threads_world) {
   if (train.threads > 0) return static_cast<int>(train.threads);
-  return cpu::default_intra_op_threads(cpu::ranks_on_this_machine(threads_world));
+  // Under a launcher its processes share this machine (or Slurm gave each its cores); on
+  // threads, this process's `threads_world` ranks share it.
+  const comm::LaunchInfo launch = comm::read_launch_info();
+  const int ranks = launch.launcher == "none" ? threads_world : launch.local_size;
+  return cpu::default_intra_op_threads(ranks, launch.cpus_per_task);
 }
 
 } // namespace tinyscale::train

@@ -75,8 +75,8 @@ protected:
 std::unique_ptr<RankRun> make_single_rank_run(const io::RunConfig& config);
 
 /// CPU threads each rank's kernels use (cpu::IntraOpThreads): train.threads when it is set, else
-/// TINYSCALE_THREADS, else this machine's cores divided by the ranks on it (`threads_world` ranks
-/// as threads, or mpirun's ranks per node).
+/// TINYSCALE_THREADS, else Slurm's --cpus-per-task, else this machine's cores divided by the ranks
+/// on it (`threads_world` ranks as threads, or the launcher's ranks on this node).
 int threads_per_rank(const TrainConfig& train, int threads_world);
 
 } // namespace tinyscale::train

@@ -170,9 +170,11 @@ TEST_CASE("The thread count comes from train.threads, TINYSCALE_THREADS or the c
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ::unsetenv("TINYSCALE_THREADS");
   CHECK(cpu::default_intra_op_threads(1) == cores);
-  CHECK(cpu::default_intra_op_threads(4 * cores) == 1); // ranks share the cores, at least one
+  CHECK(cpu::default_intra_op_threads(4 * cores) == 1);    // ranks share the cores, at least one
+  CHECK(cpu::default_intra_op_threads(4 * cores, 3) == 3); // Slurm's --cpus-per-task wins
   ::setenv("TINYSCALE_THREADS", "3", 1);
   CHECK(cpu::default_intra_op_threads(1) == 3);
+  CHECK(cpu::default_intra_op_threads(1, 5) == 3); // and the environment over --cpus-per-task
   train::TrainConfig t;
   CHECK(train::threads_per_rank(t, 1) == 3);
   t.threads = 5; // the config key wins over the environment

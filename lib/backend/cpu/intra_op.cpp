@@ -165,22 +165,11 @@ int env_count(const char* name) {
 }
 } // namespace
 
-int default_intra_op_threads(int ranks_on_this_machine) {
+int default_intra_op_threads(int ranks_on_this_machine, int cores_given) {
   if (const int threads = env_count("TINYSCALE_THREADS")) return threads;
+  if (cores_given > 0) return cores_given;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / std::max(1, ranks_on_this_machine));
-}
-
-int ranks_on_this_machine(int threads_world) {
-  for (const char* name :
-       {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"}) {
-    const char* text = std::getenv(name);
-    if (text != nullptr && *text != '\0') {
-      const int value = std::atoi(text);
-      if (value >= 1) return value;
-    }
-  }
-  return std::max(1, threads_world);
 }
 
 } // namespace tinyscale::cpu

@@ -50,13 +50,10 @@ template <typename F> void parallel_for_each(std::int64_t n, double work_per_ite
 std::int64_t grain_for(double work_per_item, double work_per_chunk = 32768.0);
 
 /// The thread count a rank uses when nothing says otherwise: the environment variable
-/// TINYSCALE_THREADS if set (an integer >= 1), else this machine's cores divided by the ranks
+/// TINYSCALE_THREADS if set (an integer >= 1), else `cores_given` when a scheduler gave each rank
+/// that many cores (> 0; Slurm's --cpus-per-task), else this machine's cores divided by the ranks
 /// that share it (at least 1). A malformed TINYSCALE_THREADS is an Error saying what was found.
-int default_intra_op_threads(int ranks_on_this_machine);
-
-/// Ranks of this job on this machine: Open MPI's or Slurm's local size under mpirun/srun, else
-/// `threads_world` (ranks as threads of this process).
-int ranks_on_this_machine(int threads_world);
+int default_intra_op_threads(int ranks_on_this_machine, int cores_given = 0);
 
 template <typename F> void parallel_for_each(std::int64_t n, double work_per_item, F&& f) {
   parallel_for(n, grain_for(work_per_item), [&f](std::int64_t begin, std::int64_t end) {

@@ -5,6 +5,7 @@
 // the launcher's local rank, modulo the GPUs this process can see.
 #include "comm/nccl/nccl_communicator.hpp"
 
+#include "comm/launcher.hpp"
 #include "comm/nccl/nccl_work.hpp"
 #include "comm/size_check.hpp"
 #include "core/error.hpp"
@@ -16,19 +17,6 @@
 
 namespace tinyscale::comm {
 
-namespace {
-
-/// This process's index among the ranks on its machine, from the launcher's environment (0 when
-/// no launcher says).
-int local_rank() {
-  for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                               "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
-    if (const char* value = std::getenv(variable)) return std::atoi(value);
-  return 0;
-}
-
-} // namespace
-
 NcclCommunicator::NcclCommunicator(Communicator* bootstrap, std::string name,
                                    const CommOptions& options)
     : name_(std::move(name)), options_(options) {
@@ -36,7 +24,7 @@ NcclCommunicator::NcclCommunicator(Communicator* bootstrap, std::string name,
   check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
   TS_CHECK(devices > 0, "nccl backend: expected at least one visible GPU, found none; check "
                         "nvidia-smi and CUDA_VISIBLE_DEVICES, or use --backend mpi or threads");
-  device_ = local_rank() % devices;
+  device_ = read_launch_info().local_rank % devices;
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   const int rank = bootstrap ? bootstrap->rank() : 0;
   const int size = bootstrap ? bootstrap->size() : 1;
