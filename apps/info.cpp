@@ -1,5 +1,6 @@
 // `tinyscale info`: the build's configuration and the devices this process can see.
 #include "comm/launch.hpp"
+#include "comm/launcher.hpp"
 #include "commands.hpp"
 #include "core/device_query.hpp"
 #include "core/error.hpp"
@@ -19,6 +20,15 @@ std::string auto_backend() {
     return std::string("none: ") + e.what();
   }
 }
+
+/// Who started this process and what it was told (chapter 13), or why that cannot be read.
+std::string launcher() {
+  try {
+    return comm::read_launch_info().describe();
+  } catch (const Error& e) {
+    return std::string("unreadable: ") + e.what();
+  }
+}
 } // namespace
 
 void add_info(CLI::App& app) {
@@ -32,8 +42,7 @@ void add_info(CLI::App& app) {
               << "  communication backends: threads"
               << (comm::built_with_mpi() ? ", mpi" : ", mpi not built (no Open MPI found)")
               << (comm::built_with_nccl() ? ", nccl" : ", nccl not built (no NCCL found)") << "\n"
-              << "  launched by mpirun: " << (comm::launched_by_mpirun() ? "yes" : "no")
-              << " (backend auto = " << auto_backend() << ")\n";
+              << "  launcher: " << launcher() << " (backend auto = " << auto_backend() << ")\n";
     auto devices = cuda_devices();
     if (devices.empty())
       std::cout << "  CUDA devices: none: no GPU visible (" << cuda_unavailable_reason() << ")\n";

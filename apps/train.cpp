@@ -127,6 +127,9 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
   if (opt.auto_resume && root && !resuming)
     std::printf("auto-resume: no checkpoint in %s yet, so this run starts at step 0\n",
                 from.c_str());
+  if (opt.auto_resume && root && t.checkpoint_every == 0)
+    std::printf("auto-resume: train.checkpoint_every is 0, so this run writes no checkpoint and a "
+                "restart would start over; set it (--set train.checkpoint_every=100)\n");
   if (root && t.checkpoint_every > 0) {
     const std::string every = t.checkpoint_every == 1
                                   ? std::string("every step")

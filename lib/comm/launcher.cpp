@@ -152,7 +152,7 @@ LaunchInfo read_launch_info() {
 
 std::string LaunchInfo::describe() const {
   const std::string inside = job.empty() ? "" : " (Slurm job " + job + ")";
-  if (launcher == "none") return "no launcher" + inside;
+  if (launcher == "none") return "none" + inside;
   std::string out = launcher + inside + ": rank " + std::to_string(rank);
   if (world > 0) out += " of " + std::to_string(world);
   if (launcher != "pmix")

@@ -25,7 +25,7 @@ struct LaunchInfo {
   /// True when MPI_Init can find the other processes: Open MPI's mpirun, a PMIx or PMI server
   /// (srun --mpi=pmix or pmi2), MPICH's hydra or MVAPICH put their variables in the environment.
   bool mpi_wireup = false;
-  /// "srun (Slurm job 42): rank 3 of 8, local rank 1 of 4 on node 0"; "no launcher" without one.
+  /// "srun (Slurm job 42): rank 3 of 8, local rank 1 of 4 on node 0"; "none" without one.
   std::string describe() const;
 };
 

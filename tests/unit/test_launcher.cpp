@@ -45,13 +45,13 @@ TEST_CASE("Without a launcher a process is rank 0 of 1 and needs no MPI", "[unit
   CHECK(info.world == 1);
   CHECK(info.local_size == 1);
   CHECK_FALSE(info.mpi_wireup);
-  CHECK(info.describe() == "no launcher");
+  CHECK(info.describe() == "none");
   CHECK_NOTHROW(comm::check_mpi_wireup(info));
   // The batch script of a Slurm job is not a task of a step: still no launcher, but the job id.
   const comm::LaunchInfo batch = read({{"SLURM_JOB_ID", "7"}, {"SLURM_PROCID", "0"}});
   CHECK(batch.launcher == "none");
   CHECK(batch.job == "7");
-  CHECK(batch.describe() == "no launcher (Slurm job 7)");
+  CHECK(batch.describe() == "none (Slurm job 7)");
 }
 
 TEST_CASE("Open MPI's mpirun gives rank, world, local rank and local size", "[unit][launcher]") {
