@@ -251,8 +251,10 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
       std::fflush(stdout);
     }
     if (interactive) progress.update(r.step, text);
-    if (t.checkpoint_every > 0 && (r.step % t.checkpoint_every == 0 || r.step == t.steps))
+    if (t.checkpoint_every > 0 && (r.step % t.checkpoint_every == 0 || r.step == t.steps)) {
       std::printf("checkpoint: %s\n", trainer.save_checkpoint().c_str());
+      std::fflush(stdout); // a job's log file says how far the run got, even if it is killed
+    }
   }
   if (!root) return;
   if (interactive) progress.finish("done");

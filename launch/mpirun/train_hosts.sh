@@ -17,8 +17,8 @@
 #   TINYSCALE        the program                 ./build/default/apps/tinyscale
 #   CONFIG           the run config              configs/tiny.toml
 #   CKPT_DIR         the checkpoint folder       checkpoints/mpirun
-#   TRAIN_ARGS       more train options, split on spaces
-#   MPIRUN_ARGS      more mpirun options, split on spaces (--oversubscribe, --mca ...)
+#   TRAIN_ARGS       more train options, split on spaces and newlines
+#   MPIRUN_ARGS      more mpirun options, split likewise (--oversubscribe, --mca ...)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source launch/cluster_env.sh
@@ -29,8 +29,8 @@ RANKS_PER_HOST=${RANKS_PER_HOST:-1}
 TINYSCALE=${TINYSCALE:-./build/default/apps/tinyscale}
 CONFIG=${CONFIG:-configs/tiny.toml}
 CKPT_DIR=${CKPT_DIR:-checkpoints/mpirun}
-read -r -a train_args <<<"${TRAIN_ARGS:-}"
-read -r -a mpirun_args <<<"${MPIRUN_ARGS:-}"
+read -r -d "" -a train_args <<<"${TRAIN_ARGS:-}" || true # split on spaces and newlines
+read -r -d "" -a mpirun_args <<<"${MPIRUN_ARGS:-}" || true # split on spaces and newlines
 hosts=$(grep -cEv '^[[:space:]]*(#|$)' "$HOSTFILE" || true)
 [ "$hosts" -ge 1 ] || { echo "train_hosts: $HOSTFILE names no host" >&2; exit 1; }
 

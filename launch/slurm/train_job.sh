@@ -19,8 +19,9 @@
 #   CONFIG        the run config           configs/tiny.toml
 #   CKPT_DIR      the checkpoint folder    checkpoints/$SLURM_JOB_NAME  (one per run: a new run
 #                                          in an old folder resumes the old run)
-#   TRAIN_ARGS    more train options, split on spaces: "--tp 4 --pp 2 --set train.steps=1000"
-#   SRUN_ARGS     more srun options, split on spaces: "--cpu-bind=cores"
+#   TRAIN_ARGS    more train options, split on spaces and newlines:
+#                 "--tp 4 --pp 2 --set train.steps=1000 --set train.checkpoint_every=100"
+#   SRUN_ARGS     more srun options, split likewise: "--cpu-bind=cores"
 #   MAX_RESTARTS  requeues after a failure, 3
 # Paths are relative to the folder sbatch was run from ($SLURM_SUBMIT_DIR): submit from the
 # repository's root, or set TINYSCALE_HOME.
@@ -32,8 +33,8 @@ TINYSCALE=${TINYSCALE:-./build/default/apps/tinyscale}
 CONFIG=${CONFIG:-configs/tiny.toml}
 CKPT_DIR=${CKPT_DIR:-checkpoints/$SLURM_JOB_NAME}
 MAX_RESTARTS=${MAX_RESTARTS:-3}
-read -r -a train_args <<<"${TRAIN_ARGS:-}"
-read -r -a srun_args <<<"${SRUN_ARGS:-}"
+read -r -d "" -a train_args <<<"${TRAIN_ARGS:-}" || true # split on spaces and newlines
+read -r -d "" -a srun_args <<<"${SRUN_ARGS:-}" || true # split on spaces and newlines
 restarts=${SLURM_RESTART_COUNT:-0}
 
 echo "train_job: job $SLURM_JOB_ID, start $((restarts + 1)) of at most $((MAX_RESTARTS + 1))," \
