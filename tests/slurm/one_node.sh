@@ -8,7 +8,8 @@
 #      reference's final validation loss, bit for bit;
 #   3. the same job again, and task 1 (a rank's process) is SIGKILLed once a checkpoint past
 #      step 3 exists: srun ends the step, the job requeues itself, starts again, resumes from the
-#      newest checkpoint and ends with the uninterrupted run's final validation loss, bit for bit.
+#      newest checkpoint and ends with the uninterrupted run's final validation loss, bit for bit;
+#   4. the same with Slurm's preemption warning (SIGUSR1 to the batch script) instead of a kill.
 # Slurm holds a requeued job for about two minutes before it schedules it again (its begin
 # time); the test moves that begin time to now, as an administrator may, to stay short, once the
 # first start's processes are gone (Slurm's hold is what guarantees that on a real cluster).
@@ -67,55 +68,75 @@ got=$(final "$work/whole.out")
 [ "$got" = "$want" ] || fail "under srun the run ended with '$got', under mpirun with '$want'"
 echo "slurm.one_node: sbatch (srun --mpi=pmix, 2 tasks) equals mpirun: $got"
 
-# 3. Kill task 1 mid-run; the job requeues itself and resumes.
-job=$(CKPT_DIR=$work/killed sbatch --parsable --output="$work/killed.out" "${sbatch_args[@]}" \
-  launch/slurm/one_node.sbatch) || fail "sbatch refused the second job"
-job=${job%%;*}
-state() { scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
-rank1=""
-for _ in $(seq 600); do # until a checkpoint past step 3 exists (at most 60 s)
-  if [ -f "$work/killed/latest" ] && [ "$(sed 's/step_0*//' "$work/killed/latest")" -ge 3 ]; then
-    for pid in $(pgrep -x tinyscale || true); do
-      environment=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" || true)
-      if grep -qx "SLURM_JOB_ID=$job" <<<"$environment" &&
-        grep -qx "SLURM_PROCID=1" <<<"$environment"; then rank1=$pid; fi
-    done
-    [ -n "$rank1" ] && break
-  fi
-  sleep 0.1
-done
-[ -n "$rank1" ] || fail "found no running task 1 of job $job after a checkpoint past step 3"
-kill -9 "$rank1"
-echo "slurm.one_node: killed task 1 (pid $rank1) of job $job after $(cat "$work/killed/latest")"
+# 3 and 4 start a job, interrupt it once a checkpoint past step 3 exists, and wait for the
+# requeued job to resume and end.
+submit() { # submit NAME: the job's id; its checkpoints go to $work/NAME, its output to NAME.out
+  local id
+  id=$(CKPT_DIR=$work/$1 sbatch --parsable --output="$work/$1.out" "${sbatch_args[@]}" \
+    launch/slurm/one_node.sbatch) || fail "sbatch refused job $1"
+  echo "${id%%;*}"
+}
+state() { scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
+task_pid() { # task_pid JOB RANK: the pid of that task's tinyscale on this cluster, or nothing
+  local pid environment
+  for pid in $(pgrep -x tinyscale || true); do
+    environment=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" || true)
+    if grep -qx "SLURM_CONF=$SLURM_CONF" <<<"$environment" &&
+      grep -qx "SLURM_JOB_ID=$1" <<<"$environment" &&
+      grep -qx "SLURM_PROCID=$2" <<<"$environment"; then echo "$pid"; fi
+  done
+}
+await_checkpoint() { # await_checkpoint JOB NAME: until a checkpoint past step 3 and task 1 exist
+  for _ in $(seq 600); do # at most 60 s
+    if [ -f "$work/$2/latest" ] && [ "$(sed 's/step_0*//' "$work/$2/latest")" -ge 3 ] &&
+      [ -n "$(task_pid "$1" 1)" ]; then return 0; fi
+    [ "$(state "$1")" = COMPLETED ] && fail "job $1 ended before it could be interrupted"
+    sleep 0.1
+  done
+  fail "job $1 wrote no checkpoint past step 3 within 60 s"
+}
+await_resumed_end() { # await_resumed_end JOB NAME WHY: the requeued job resumes and ends equal
+  local job=$1 out=$work/$2.out moved=0 s resumed got
+  for _ in $(seq 300); do # at most 150 s
+    s=$(state "$job")
+    case "$s" in
+    COMPLETED) break ;;
+    FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE)
+      fail "job $job ended $s instead of requeueing and completing" ;;
+    PENDING)
+      # Only once the first start's step has ended on the node (its slurmstepd gone): a step
+      # started while the old one still cleans up fails (PMIx's socket of the same step id).
+      if [ "$moved" -eq 0 ] && scontrol show job "$job" | grep -q 'Restarts=1' &&
+        ! pgrep -f "slurmstepd: \[$job\." >/dev/null; then
+        scontrol update JobId="$job" StartTime=now && moved=1
+      fi ;;
+    esac
+    sleep 0.5
+  done
+  [ "$(state "$job")" = COMPLETED ] || fail "job $job is $(state "$job") after 150 s, not COMPLETED"
+  grep -q "^train_job: $3; requeueing job $job" "$out" ||
+    fail "job $job did not say '$3; requeueing job $job'"
+  grep -q "^train_job: job $job, start 2 of at most 4," "$out" || fail "job $job did not start again"
+  [ "$(grep -c '^done:' "$out")" -eq 1 ] || fail "job $job: expected one 'done:' line"
+  resumed=$(grep -o "^resumed from $work/$2 at step [0-9]*" "$out" | grep -o '[0-9]*$') ||
+    fail "the requeued job $job did not resume from $work/$2"
+  [ "$resumed" -ge 3 ] && [ "$resumed" -lt 80 ] || fail "resumed at step $resumed, expected 3..79"
+  got=$(final "$out")
+  [ "$got" = "$want" ] || fail "job $job ended with '$got', the uninterrupted run with '$want'"
+  echo "slurm.one_node: job $job requeued, resumed at step $resumed, ended equal: $got"
+}
 
-# Wait for the requeue, start the job again at once, and wait for its end (at most 150 s).
-moved=0
-for _ in $(seq 300); do
-  s=$(state)
-  case "$s" in
-  COMPLETED) break ;;
-  FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE)
-    fail "job $job ended $s instead of requeueing and completing" ;;
-  PENDING)
-    # Only once the first start's step has ended on the node (its slurmstepd gone): a step
-    # started while the old one still cleans up fails (PMIx's socket of the same step id).
-    if [ "$moved" -eq 0 ] && scontrol show job "$job" | grep -q 'Restarts=1' &&
-      ! pgrep -f "slurmstepd: \[$job\." >/dev/null; then
-      scontrol update JobId="$job" StartTime=now && moved=1
-    fi ;;
-  esac
-  sleep 0.5
-done
-[ "$(state)" = COMPLETED ] || fail "job $job is $(state) after 150 s; expected COMPLETED"
+# 3. A rank dies: task 1 is SIGKILLed; srun ends the step and the job requeues itself.
+job=$(submit killed)
+await_checkpoint "$job" killed
+kill -9 "$(task_pid "$job" 1)"
+echo "slurm.one_node: killed task 1 of job $job after $(cat "$work/killed/latest")"
+await_resumed_end "$job" killed 'a rank failed (srun exit status [0-9]*)'
 
-out=$work/killed.out
-grep -q '^train_job: a rank failed (srun exit status [0-9]*); requeueing job' "$out" ||
-  fail "the job did not say that it requeues after the rank failed"
-grep -q "^train_job: job $job, start 2 of at most 4," "$out" || fail "the job did not start again"
-[ "$(grep -c '^done:' "$out")" -eq 1 ] || fail "expected one 'done:' line: the first start was killed"
-resumed=$(grep -o "^resumed from $work/killed at step [0-9]*" "$out" | grep -o '[0-9]*$') ||
-  fail "the requeued job did not resume from $work/killed"
-[ "$resumed" -ge 3 ] && [ "$resumed" -lt 80 ] || fail "resumed at step $resumed, expected 3..79"
-got=$(final "$out")
-[ "$got" = "$want" ] || fail "the requeued job ended with '$got', the uninterrupted run with '$want'"
-echo "slurm.one_node: task 1 killed, job $job requeued, resumed at step $resumed, ended equal: $got"
+# 4. Preemption: Slurm's warning (SIGUSR1 to the batch script, as --signal=B:USR1@120 sends it
+# before a preemption or the time limit) makes the job requeue itself.
+job=$(submit warned)
+await_checkpoint "$job" warned
+scancel --batch --signal=USR1 "$job"
+echo "slurm.one_node: sent SIGUSR1 to the batch script of job $job after $(cat "$work/warned/latest")"
+await_resumed_end "$job" warned 'Slurm warned of preemption or of the time limit (SIGUSR1)'
