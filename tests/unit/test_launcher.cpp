@@ -224,3 +224,50 @@ TEST_CASE("tp split over two hosts is named with what to change", "[unit][launch
   CHECK_THAT(mesh::format_host_map(layout, hosts(6, 6), comm::LaunchInfo{}, "mpi"),
              !Contains("across hosts") && !Contains("stays inside"));
 }
+
+TEST_CASE("The measured placement report of 8 ranks on two 4-GPU nodes, as chapter 13 shows it",
+          "[unit][launcher]") {
+  std::vector<mesh::RankHost> h;
+  for (int r = 0; r < 8; ++r)
+    h.push_back({"node" + std::to_string(r / 4), r % 4, "cuda:" + std::to_string(r % 4)});
+  comm::LaunchInfo launch;
+  launch.launcher = "srun";
+  launch.job = "4242";
+  const std::string good =
+      mesh::format_host_map(mesh::MeshLayout({.dp = 2, .tp = 2, .pp = 2}), h, launch, "nccl");
+  CHECK(
+      good ==
+      R"(placement: 8 ranks on 2 hosts (srun, Slurm job 4242, nccl backend), mesh 8 ranks = tp 2 x dp 2 x pp 2 (cp, ep: 1), order tp-cp-ep-dp-pp (innermost first)
+| rank | host  | local rank | device | tp  | dp  | pp  |
+|------|-------|------------|--------|-----|-----|-----|
+| 0    | node0 | 0          | cuda:0 | 0   | 0   | 0   |
+| 1    | node0 | 1          | cuda:1 | 1   | 0   | 0   |
+| 2    | node0 | 2          | cuda:2 | 0   | 1   | 0   |
+| 3    | node0 | 3          | cuda:3 | 1   | 1   | 0   |
+| 4    | node1 | 0          | cuda:0 | 0   | 0   | 1   |
+| 5    | node1 | 1          | cuda:1 | 1   | 0   | 1   |
+| 6    | node1 | 2          | cuda:2 | 0   | 1   | 1   |
+| 7    | node1 | 3          | cuda:3 | 1   | 1   | 1   |
+across hosts: pp: 4 of 4 groups (the first: ranks 0, 4 on node0, node1)
+across hosts: tp x pp: 2 of 2 groups (the first: ranks 0-1, 4-5 on node0, node1)
+)");
+  const std::string bad = mesh::format_host_map(
+      mesh::MeshLayout({.dp = 2, .tp = 2, .pp = 2}, "pp-dp-tp-cp-ep"), h, launch, "nccl");
+  CHECK(
+      bad ==
+      R"(placement: 8 ranks on 2 hosts (srun, Slurm job 4242, nccl backend), mesh 8 ranks = pp 2 x dp 2 x tp 2 (cp, ep: 1), order pp-dp-tp-cp-ep (innermost first)
+| rank | host  | local rank | device | pp  | dp  | tp  |
+|------|-------|------------|--------|-----|-----|-----|
+| 0    | node0 | 0          | cuda:0 | 0   | 0   | 0   |
+| 1    | node0 | 1          | cuda:1 | 1   | 0   | 0   |
+| 2    | node0 | 2          | cuda:2 | 0   | 1   | 0   |
+| 3    | node0 | 3          | cuda:3 | 1   | 1   | 0   |
+| 4    | node1 | 0          | cuda:0 | 0   | 0   | 1   |
+| 5    | node1 | 1          | cuda:1 | 1   | 0   | 1   |
+| 6    | node1 | 2          | cuda:2 | 0   | 1   | 1   |
+| 7    | node1 | 3          | cuda:3 | 1   | 1   | 1   |
+across hosts: tp: 4 of 4 groups (the first: ranks 0, 4 on node0, node1)
+across hosts: tp x pp: 2 of 2 groups (the first: ranks 0-1, 4-5 on node0, node1)
+note: tp, cp and ep groups talk at every layer; keep them inside a node: ranks per node a multiple of their size (sbatch --ntasks-per-node), block distribution (consecutive ranks on one node), and those axes innermost in --order
+)");
+}
