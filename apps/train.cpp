@@ -355,15 +355,22 @@ void run_train(TrainOptions opt) {
   if (threads) fourd::check_plan(plan.for_world(plan.threads_world()), config, opt.trace_path);
   const bool one_rank = plan.threads_world() == 1 && plan.dp == 0 && plan.zero == 0 &&
                         !plan.composed() && opt.trace_path.empty() && threads;
+  // The ranks that share this machine's cores: this process's threads, or the launcher's
+  // processes on this node; and the cores Slurm gave each process (--cpus-per-task), if it did.
+  const comm::LaunchInfo launch = comm::read_launch_info();
+  const int sharing = threads ? plan.threads_world() : launch.local_size;
+  const int given = threads && launch.cpus_per_task > 0
+                        ? std::max(1, launch.cpus_per_task / plan.threads_world())
+                        : launch.cpus_per_task;
   if (one_rank) { // the single-rank reference of chapter 02, without any wrapper
-    const int per_rank = train::threads_per_rank(config.train, 1);
+    const int per_rank = train::threads_per_rank(config.train, 1, launch.cpus_per_task);
     cpu::IntraOpThreads intra_op(per_rank);
     std::unique_ptr<train::RankRun> run = train::make_single_rank_run(config);
     run_loop(opt, config, *run, true, 1, per_rank);
     run->finish();
     return;
   }
-  const int per_rank = train::threads_per_rank(config.train, threads ? plan.threads_world() : 1);
+  const int per_rank = train::threads_per_rank(config.train, sharing, given);
   comm::run_world(backend, plan.threads_world(), [&](comm::Communicator& world) {
     cpu::IntraOpThreads intra_op(per_rank); // on this rank's thread, for its whole run
     std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world, opt.trace_path);
@@ -479,10 +486,11 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--no-prefetch", opt->no_prefetch,
                 "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,
-                  "Where the ranks run: auto (under mpirun: nccl when train.device = cuda and "
-                  "NCCL is built, else mpi; otherwise threads), threads (ranks as threads; on a "
-                  "device they share it, moving buffers device to device), mpi (device tensors "
-                  "staged through the host) or nccl (one GPU per process, under mpirun)")
+                  "Where the ranks run: auto (under mpirun or srun --mpi=pmix: nccl when "
+                  "train.device = cuda and NCCL is built, else mpi; otherwise threads), threads "
+                  "(ranks as threads; on a device they share it, moving buffers device to "
+                  "device), mpi (device tensors staged through the host) or nccl (one GPU per "
+                  "process, under mpirun or srun)")
       ->capture_default_str();
   cmd->add_option("--bucket-kb", opt->bucket_kb,
                   "Gradient bucket size in KiB (1 KiB or less: about one bucket per parameter)")

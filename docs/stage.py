@@ -15,8 +15,8 @@ from pathlib import Path, PurePosixPath
 
 # Markdown pages beside the chapters, in the order of the site's "Guides" section.
 GUIDES = ["README.md", "docs/architecture.md", "docs/theory.md", "docs/glossary.md",
-          "configs/README.md", "configs/topologies/README.md", "lib/comm/README.md",
-          "lib/data/README.md", "docs/README.md"]
+          "configs/README.md", "configs/topologies/README.md", "launch/README.md",
+          "lib/comm/README.md", "lib/data/README.md", "docs/README.md"]
 SOURCE_PAGES = "repository"  # generated pages that show a repository file
 SOURCE_COPIES = "_repository_files"  # the files those pages include (not pages themselves)
 LEXERS = {".cpp": "cpp", ".hpp": "cpp", ".h": "cpp", ".cu": "cuda", ".cuh": "cuda",

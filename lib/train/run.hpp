@@ -75,8 +75,8 @@ protected:
 std::unique_ptr<RankRun> make_single_rank_run(const io::RunConfig& config);
 
 /// CPU threads each rank's kernels use (cpu::IntraOpThreads): train.threads when it is set, else
-/// TINYSCALE_THREADS, else Slurm's --cpus-per-task, else this machine's cores divided by the ranks
-/// on it (`threads_world` ranks as threads, or the launcher's ranks on this node).
-int threads_per_rank(const TrainConfig& train, int threads_world);
+/// TINYSCALE_THREADS, else `cores_given` when a scheduler gave each rank that many cores (> 0),
+/// else this machine's cores divided by the `ranks_on_this_machine` that share them.
+int threads_per_rank(const TrainConfig& train, int ranks_on_this_machine, int cores_given = 0);
 
 } // namespace tinyscale::train
