@@ -373,8 +373,11 @@ void run_train(TrainOptions opt) {
   const int per_rank = train::threads_per_rank(config.train, sharing, given);
   comm::run_world(backend, plan.threads_world(), [&](comm::Communicator& world) {
     cpu::IntraOpThreads intra_op(per_rank); // on this rank's thread, for its whole run
+    if (!threads) { // where every rank landed, before the run's first collective
+      fourd::check_plan(plan.for_world(world.size()), config, opt.trace_path);
+      print_host_map(plan, config.train, world, backend, per_rank);
+    }
     std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world, opt.trace_path);
-    if (!threads) print_host_map(plan, config.train, world, backend, per_rank);
     run_loop(opt, config, *run, world.rank() == 0, world.size(), per_rank);
     run->finish();
   });

@@ -26,5 +26,10 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 #   the nodes: name the good one, or exclude the bad ones (keep lo in an exclude list).
 # export OMPI_MCA_btl_tcp_if_include=eth0
 # export OMPI_MCA_btl_tcp_if_exclude=lo,docker0
+# - the same for mpirun's own daemons and the startup exchange (a hang before anything prints):
+# export OMPI_MCA_oob_tcp_if_include=eth0
+# - on InfiniBand, Open MPI 4 carries MPI messages over UCX (its pml ucx) where it was built with
+#   it; UCX_NET_DEVICES names the adapter port, e.g. mlx5_0:1 (`ucx_info -d` lists them).
+# export UCX_NET_DEVICES=mlx5_0:1
 # - no busy-polling while a rank waits (ranks share cores on a CPU node):
 export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}

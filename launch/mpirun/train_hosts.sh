@@ -34,12 +34,16 @@ read -r -d "" -a mpirun_args <<<"${MPIRUN_ARGS:-}" || true # split on spaces and
 hosts=$(grep -cEv '^[[:space:]]*(#|$)' "$HOSTFILE" || true)
 [ "$hosts" -ge 1 ] || { echo "train_hosts: $HOSTFILE names no host" >&2; exit 1; }
 
-# mpirun passes OMPI_MCA_* on by itself; NCCL's variables and the thread count need -x.
-forward=()
-for name in $(compgen -e | grep -E '^(NCCL_|TINYSCALE_)' || true); do forward+=(-x "$name"); done
+# mpirun passes OMPI_MCA_* on by itself; NCCL's and UCX's variables, the thread count, PATH and
+# LD_LIBRARY_PATH (CUDA's libraries) need -x. Open MPI itself must be at the same path on every
+# host (else add --prefix to MPIRUN_ARGS).
+forward=(-x PATH)
+[ -z "${LD_LIBRARY_PATH:-}" ] || forward+=(-x LD_LIBRARY_PATH)
+for name in $(compgen -e | grep -E '^(NCCL_|UCX_|TINYSCALE_)' || true); do forward+=(-x "$name"); done
 
 echo "train_hosts: $((hosts * RANKS_PER_HOST)) ranks, $RANKS_PER_HOST on each of $hosts host(s) of $HOSTFILE"
 exec mpirun --hostfile "$HOSTFILE" -np "$((hosts * RANKS_PER_HOST))" \
-  --map-by "ppr:$RANKS_PER_HOST:node" --bind-to none "${forward[@]}" "${mpirun_args[@]}" \
+  --map-by "ppr:$RANKS_PER_HOST:node" --bind-to none "${forward[@]}" \
+  ${mpirun_args[@]+"${mpirun_args[@]}"} \
   "$TINYSCALE" train --config "$CONFIG" --set "train.checkpoint_dir=\"$CKPT_DIR\"" --auto-resume \
-  "${train_args[@]}"
+  ${train_args[@]+"${train_args[@]}"}

@@ -1,6 +1,7 @@
 // What the launcher says (chapters 00 and 13). Each launcher has its own variables; the first
 // launcher found wins, in the order below, because mpirun inside a Slurm allocation inherits the
-// allocation's SLURM_* variables while its own OMPI_* variables describe the processes it started.
+// allocation's SLURM_* variables while its own OMPI_* variables describe the processes it started
+// (and MPICH's mpiexec there leaves a SLURM_PROCID that its PMI_RANK contradicts).
 #include "comm/launcher.hpp"
 
 #include "core/error.hpp"
@@ -71,6 +72,17 @@ LaunchInfo from_variables(const Variables& v, const char* launcher, const char* 
   return info;
 }
 
+/// True when srun started this process: a task of a step whose rank is not contradicted by an
+/// MPI launcher run inside the step (MPICH's hydra starts one proxy per node with srun, and its
+/// processes inherit the proxy's SLURM_PROCID while PMI_RANK gives their own rank).
+bool started_by_srun(const Variables& v) {
+  if (!v.has("SLURM_STEP_ID") || !v.has("SLURM_PROCID")) return false; // the batch script
+  const std::string task = v.text("SLURM_PROCID");
+  for (const char* name : {"PMIX_RANK", "PMI_RANK"})
+    if (v.has(name) && task != v.text(name)) return false;
+  return true;
+}
+
 } // namespace
 
 int slurm_tasks_on_node(const std::string& text, int node, const char* variable) {
@@ -121,7 +133,7 @@ LaunchInfo read_launch_info(const EnvironmentLookup& lookup) {
   if (v.has("OMPI_COMM_WORLD_SIZE"))
     info = from_variables(v, "mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                           "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
-  else if (v.has("SLURM_STEP_ID") && v.has("SLURM_PROCID")) // a task of srun (not the batch script)
+  else if (started_by_srun(v))
     info = from_slurm_step(v);
   else if (v.has("MV2_COMM_WORLD_SIZE"))
     info = from_variables(v, "mvapich", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",

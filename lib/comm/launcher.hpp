@@ -1,7 +1,7 @@
 // What the program launcher says about this process (chapters 00 and 13): its rank, the size of
 // the world, its index among the ranks on its machine and how many share the machine, read from
-// the variables that Open MPI's mpirun, Slurm's srun, a PMIx or PMI launcher, MVAPICH or torchrun
-// set. No flag is needed to run under any of them.
+// the variables that Open MPI's mpirun, Slurm's srun, a PMIx or PMI launcher (MPICH's mpiexec)
+// or MVAPICH set. No flag is needed to run under any of them.
 // The easy thing to get wrong: `srun` without an MPI plugin starts N processes that MPI_Init
 // turns into N worlds of one rank each, every one training the whole model on its own and all
 // writing the same checkpoints. check_mpi_wireup() refuses that before any work starts.
@@ -14,7 +14,7 @@ namespace tinyscale::comm {
 
 /// This process as its launcher describes it. Sizes are 1 and indices 0 when no launcher says.
 struct LaunchInfo {
-  std::string launcher = "none"; ///< "mpirun", "srun", "pmix", "pmi", "mvapich", "torchrun", "none"
+  std::string launcher = "none"; ///< "mpirun", "srun", "mvapich", "pmi", "pmix", "none"
   int rank = 0;                  ///< this process's rank in the launcher's world
   int world = 1;                 ///< processes the launcher started
   int local_rank = 0;            ///< index among the processes on this machine (picks the GPU)

@@ -154,6 +154,25 @@ TEST_CASE("MPICH's PMI, MVAPICH and a bare PMIx launcher are recognised", "[unit
   CHECK(pmi.launcher == "pmi");
   CHECK(pmi.world == 3);
   CHECK(pmi.local_size == 3);
+  // MPICH's mpiexec inside a Slurm job starts one proxy per node with srun; its processes inherit
+  // the proxy's SLURM_PROCID (the node), and PMI_RANK, which disagrees, describes them.
+  Environment hydra = srun_task();
+  hydra.erase("PMIX_RANK");
+  hydra["SLURM_PROCID"] = "1";
+  hydra["PMI_RANK"] = "6";
+  hydra["PMI_SIZE"] = "16";
+  hydra["MPI_LOCALRANKID"] = "6";
+  hydra["MPI_LOCALNRANKS"] = "8";
+  const comm::LaunchInfo inside = read(hydra);
+  CHECK(inside.launcher == "pmi");
+  CHECK(inside.rank == 6);
+  CHECK(inside.world == 16);
+  CHECK(inside.local_size == 8);
+  CHECK(inside.describe() == "pmi (Slurm job 42): rank 6 of 16, local rank 6 of 8");
+  // A PMIx rank that contradicts SLURM_PROCID is another launcher's, too.
+  Environment prrte = srun_task();
+  prrte["PMIX_RANK"] = "3";
+  CHECK(read(prrte).launcher == "pmix");
   const comm::LaunchInfo mv = read({{"MV2_COMM_WORLD_RANK", "0"}, {"MV2_COMM_WORLD_SIZE", "2"}});
   CHECK(mv.launcher == "mvapich");
   CHECK(mv.world == 2);
