@@ -2,12 +2,18 @@
 // S = q k^T / sqrt(D), P = causal softmax(S), O = P v. The backward reuses the saved P:
 // dV = P^T dO, dP = dO v^T, dS = P (dP - rowsum(dP P)), dQ = dS k / sqrt(D), dK = dS^T q / sqrt(D).
 // Saving P costs B·H·T² values; a fused (flash) kernel would recompute it instead.
+// attention_block_forward/backward are the same arithmetic for one block of queries against one
+// block of keys, with the softmax's normaliser (lse) returned instead of applied across blocks:
+// ring attention (lib/cp) merges blocks computed on different ranks with them.
+#include "autograd/grad_mode.hpp"
 #include "autograd/record.hpp"
 #include "backend/backend.hpp"
+#include "ops/attention_block.hpp"
 #include "ops/gemm.hpp"
 #include "ops/ops.hpp"
 
 #include <cmath>
+#include <utility>
 
 namespace tinyscale {
 
@@ -64,6 +70,60 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
                      backend_of(q).attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv);
                      return Grads{dq, dk, dv};
                    });
+}
+
+namespace {
+void check_block(const Tensor& q, const Tensor& k, const Tensor& v, bool diagonal, const char* op) {
+  check_floating(q, op, "q");
+  check_same_dtype_device(q, k, op);
+  check_same_dtype_device(q, v, op);
+  TS_CHECK(q.rank() == 4 && k.rank() == 4 && k.shape() == v.shape() && q.size(0) == k.size(0) &&
+               q.size(1) == k.size(1) && q.size(3) == k.size(3),
+           op, ": expected q [B, H, Tq, D] and k, v [B, H, Tk, D], found ", q.shape().str(), ", ",
+           k.shape().str(), ", ", v.shape().str());
+  TS_CHECK(!diagonal || q.size(2) == k.size(2), op,
+           ": a diagonal (causal) block needs as many queries as keys, found ", q.size(2), " and ",
+           k.size(2));
+}
+
+// Row-wise log-probabilities of one block (masked entries -inf) and the block's lse [B, H, Tq, 1].
+// Key 0 of a block is visible to every query, on the diagonal too, so lse = s_0 - log p_0.
+std::pair<Tensor, Tensor> block_log_probs(const Tensor& q, const Tensor& k, bool diagonal,
+                                          double scale) {
+  Tensor scores = detail::gemm(q, k, false, true, scale); // [B, H, Tq, Tk]
+  Tensor log_probs = Tensor::empty(scores.shape(), q.dtype(), q.device());
+  backend_of(q).softmax(scores, log_probs, /*log=*/true, /*causal=*/diagonal);
+  Tensor lse = slice(scores, -1, 0, 1) - slice(log_probs, -1, 0, 1);
+  return {log_probs, lse};
+}
+} // namespace
+
+AttentionBlock attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       bool diagonal) {
+  check_block(q, k, v, diagonal, "attention_block_forward");
+  NoGradGuard no_grad;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto [log_probs, lse] = block_log_probs(q, k, diagonal, scale);
+  return {detail::gemm(exp(log_probs), v, false, false), lse};
+}
+
+void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& grad_out, const Tensor& lse, const Tensor& delta,
+                              bool diagonal, Tensor& dq, Tensor& dk, Tensor& dv) {
+  check_block(q, k, v, diagonal, "attention_block_backward");
+  TS_CHECK(dq.shape() == q.shape() && dk.shape() == k.shape() && dv.shape() == v.shape(),
+           "attention_block_backward: expected dq, dk, dv shaped like q, k, v, found ",
+           dq.shape().str(), ", ", dk.shape().str(), ", ", dv.shape().str());
+  NoGradGuard no_grad;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  // P over the whole row: the block's own probabilities rescaled from its lse to the row's.
+  auto [log_probs, block_lse] = block_log_probs(q, k, diagonal, scale);
+  Tensor probs = exp(log_probs + (block_lse - lse)); // masked entries: exp(-inf) = 0
+  Backend& backend = backend_of(q);
+  backend.accumulate(dv, detail::gemm(probs, grad_out, true, false));
+  Tensor dscores = probs * (detail::gemm(grad_out, v, false, true) - delta);
+  backend.accumulate(dq, detail::gemm(dscores, k, false, false, scale));
+  backend.accumulate(dk, detail::gemm(dscores, q, true, false, scale));
 }
 
 } // namespace tinyscale

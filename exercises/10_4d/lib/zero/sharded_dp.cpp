@@ -98,12 +98,11 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
   // The flat buffers live with the parameters and go to the communicator as they are: it must
   // read that memory (threads reads emu's, nccl the GPU's; Open MPI only the host's).
   TS_CHECK(group.reads(s.device.kind), "ZeRO: expected a communicator that reads ", s.device.str(),
-           " memory for parameters there, found the ", group.backend(), " backend, which reads ",
-           group.reads(Device::Kind::CPU) ? "host" : "device", " memory; train ZeRO on ",
-           s.device.str(), " with ",
-           s.device.kind == Device::Kind::Emu ? "the threads backend"
-                                              : "the nccl backend (not selectable by train yet)",
-           ", or on the CPU");
+           " memory, where the parameters are (ZeRO hands it its flat buffers as they are), found "
+           "the ",
+           group.backend(),
+           " backend, which does not; use the threads backend (it reads any memory) or, on ",
+           "a GPU, nccl (--backend threads or nccl), or keep the parameters where it reads");
   for (const auto& p : params) {
     TS_CHECK(p.tensor.device() == s.device, "ZeRO: expected every parameter on one device (",
              s.device.str(), "), found '", p.name, "' on ", p.tensor.device().str());
