@@ -455,6 +455,17 @@ void add_train(CLI::App& app) {
                   "dp/ep x micro_batches micro-batches)")
       ->capture_default_str()
       ->check(CLI::IsMember({"local", "global"}));
+  cmd->add_option("--cp", opt->plan.cp,
+                  "Context-parallel ranks: every sequence cut over N ranks, attention as a ring "
+                  "passing keys and values around them (lib/cp); with --dp the world is dp x cp "
+                  "(cp innermost). Dense models only, not yet with --tp, --pp, --ep or --zero")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--cp-split", opt->plan.cp_split,
+                  "With --cp: load-balanced (2N chunks, rank r holds chunks r and 2N-1-r: equal "
+                  "causal attention work) or contiguous (N chunks in order: the last rank works "
+                  "most)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"load-balanced", "contiguous"}));
   cmd->add_option("--zero", opt->plan.zero,
                   "ZeRO stage over the --dp ranks (chapter 07): 0 plain data parallelism, 1 "
                   "shards the optimizer state, 2 also the gradients, 3 also the parameters")
@@ -480,8 +491,8 @@ void add_train(CLI::App& app) {
                   "the same number of blocks per stage, give or take one)");
   cmd->add_option("--order", opt->plan.order,
                   "Rank order of a composed run (chapter 10), innermost first: the first axis "
-                  "varies fastest across ranks (cp, context parallelism, is not implemented: its "
-                  "size is always 1)")
+                  "varies fastest across ranks (--cp does not compose yet: in a composed run cp "
+                  "is 1)")
       ->capture_default_str();
   cmd->add_option("--topology", opt->plan.topology,
                   "With a composed run: print the placement report of its mesh on this topology "

@@ -1,14 +1,18 @@
-// Ring attention against one rank (lib/cp), shared by the thread tests (tests/parallel) and
-// the Open MPI tests (tests/mpi). Every rank draws the same whole q, k, v and output weights,
-// computes the one-rank causal attention and its gradients itself (the oracle), then runs
-// cp::ring_attention on its own positions and compares its shard of everything: the output and
-// the q, k, v gradients, by the largest difference relative to the largest reference value.
+// Context parallelism against one rank (lib/cp), shared by the thread tests (tests/parallel) and
+// the Open MPI tests (tests/mpi). The op: every rank draws the same whole q, k, v and output
+// weights, computes the one-rank causal attention and its gradients itself (the oracle), then
+// runs cp::ring_attention on its own positions and compares its shard of everything: the output
+// and the q, k, v gradients, by the largest difference relative to the largest reference value.
+// The trainer: cp_run records what a dp x cp run trains, for compare_runs against reference_run.
 #pragma once
 
 #include "autograd/engine.hpp"
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
 #include "cp/ring_attention.hpp"
+#include "cp/trainer.hpp"
+#include "dp_equivalence.hpp"
+#include "mesh/mesh.hpp"
 #include "ops/ops.hpp"
 
 #include <algorithm>
@@ -58,6 +62,58 @@ inline double ring_attention_error(comm::Communicator& cp, cp::Split split, DTyp
   for (std::size_t i = 0; i < 3; ++i)
     worst = std::max(worst, relative_error(part[i].grad(), mine(whole[i].grad())));
   return worst;
+}
+
+/// What a run trained (losses, norms, the gradients after step 1, the final parameters) and its
+/// validation loss after the last step.
+struct CpRecord {
+  RunRecord run;
+  double val_loss = 0;
+};
+
+/// Steps `trainer` (train::Trainer or cp::CpTrainer) through config.train.steps and records it.
+template <typename TrainerT>
+CpRecord record_run(TrainerT& trainer, const nn::ParameterList& params, std::int64_t steps) {
+  CpRecord r;
+  for (std::int64_t s = 0; s < steps; ++s) {
+    const train::StepResult step = trainer.train_step();
+    r.run.losses.push_back(step.loss);
+    r.run.grad_norms.push_back(step.grad_norm);
+    if (s == 0) record_grads(r.run, params);
+  }
+  r.val_loss = trainer.evaluate();
+  record_params(r.run, params);
+  return r;
+}
+
+/// The oracle: one rank with dp x micro_batches micro-batches of the same rows.
+inline CpRecord cp_reference(io::RunConfig config, int dp) {
+  config.train.micro_batches *= dp;
+  train::Trainer trainer(config);
+  return record_run(trainer, trainer.model().parameters(), config.train.steps);
+}
+
+/// This rank's side of a dp x cp run over `world` (dp x cp ranks, cp innermost): CpTrainer on the
+/// mesh's groups.
+inline CpRecord cp_run(comm::Communicator& world, int cp_size, const io::RunConfig& config,
+                       cp::Split split) {
+  const int dp = world.size() / cp_size;
+  mesh::Mesh mesh(world, mesh::MeshLayout(mesh::MeshShape{dp, 1, 1, 1, cp_size}));
+  cp::CpTrainer trainer(config, mesh.group(mesh::Axis::Cp),
+                        dp > 1 ? &mesh.group(mesh::Axis::Dp) : nullptr, mesh.group("dp x cp"),
+                        split);
+  return record_run(trainer, trainer.trainer().model().parameters(), config.train.steps);
+}
+
+/// "" when `got` equals `want` within `tolerance` (the validation loss too), else the first
+/// difference.
+inline std::string compare_cp(const CpRecord& want, const CpRecord& got, double tolerance) {
+  const std::string runs = compare_runs(want.run, got.run, tolerance);
+  if (!runs.empty()) return runs;
+  if (relative_error(got.val_loss, want.val_loss) > tolerance)
+    return "validation loss: expected " + std::to_string(want.val_loss) + " (one rank), found " +
+           std::to_string(got.val_loss);
+  return "";
 }
 
 } // namespace tinyscale::test

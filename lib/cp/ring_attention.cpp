@@ -36,9 +36,13 @@ void merge(AttentionBlock& acc, AttentionBlock block) {
     acc = std::move(block);
     return;
   }
-  Tensor lse = logsumexp(concat({acc.lse, block.lse}, -1)); // [B, H, Tq], stable
+  Tensor lse, out; // the merged normaliser [B, H, Tq, 1] and output [B, H, Tq, D]
+  // EXERCISE 14.2 begin: the online-softmax merge of two partial attention results
+  lse = logsumexp(concat({acc.lse, block.lse}, -1)); // [B, H, Tq], stable
   lse = reshape(lse, {lse.size(0), lse.size(1), lse.size(2), 1});
-  acc.out = exp(acc.lse - lse) * acc.out + exp(block.lse - lse) * block.out;
+  out = exp(acc.lse - lse) * acc.out + exp(block.lse - lse) * block.out;
+  // EXERCISE 14.2 end
+  acc.out = out;
   acc.lse = lse;
 }
 
@@ -150,7 +154,12 @@ int chunk_count(int size, Split split) { return split == Split::Contiguous ? siz
 std::vector<int> chunks_of(int rank, int size, Split split) {
   check_size(rank, size, "chunks_of");
   if (split == Split::Contiguous) return {rank};
-  return {rank, 2 * size - 1 - rank}; // one from each end: the early chunk is cheap, the late dear
+  std::vector<int> chunks; // the 2 of the 2N chunks rank `rank` holds, ascending
+  // EXERCISE 14.1 begin: the load-balanced chunk map
+  chunks = {rank,
+            2 * size - 1 - rank}; // one from each end: the early chunk is cheap, the late dear
+  // EXERCISE 14.1 end
+  return chunks;
 }
 
 Tensor shard_sequence(const Tensor& x, int axis, int rank, int size, Split split) {

@@ -4,6 +4,7 @@
 #include "fourd/run.hpp"
 
 #include "comm/tensor_comm.hpp"
+#include "cp/run.hpp"
 #include "dp/run.hpp"
 #include "ep/run.hpp"
 #include "ep/trainer.hpp"
@@ -33,6 +34,13 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
            "train: --schedule, --chunks and --pp-blocks cut the model into pipeline stages; they "
            "need --pp 2 or more, found --pp ",
            plan.pp);
+  TS_CHECK(plan.cp > 1 || plan.cp_split == "load-balanced", "train: --cp-split cuts the ",
+           "sequence over context-parallel ranks; it needs --cp 2 or more, found --cp ", plan.cp);
+  TS_CHECK(plan.cp == 1 || (plan.tp == 1 && plan.pp == 1 && plan.ep == 1 && plan.zero == 0 &&
+                            !plan.composed() && trace_path.empty()),
+           "train: --cp runs with --dp only in this version (context parallelism is not yet ",
+           "composed with --tp, --pp, --ep, --zero, --order or --topology, nor traced); leave ",
+           "those out, or --cp");
   if (plan.composed()) {
     TS_CHECK(plan.zero <= 1, "train: --zero ", plan.zero, " in a composed run (--tp, --pp, --ep, ",
              "--order or --topology): this version composes ZeRO stage 1 only (stages 2 and 3 ",
@@ -167,6 +175,7 @@ std::unique_ptr<train::RankRun> make_run(const mesh::ParallelPlan& given,
   const mesh::ParallelPlan plan = given.for_world(world.size());
   check_plan(plan, config, trace_path);
   if (plan.composed()) return make_composed_run(plan, config, world, trace_path);
+  if (plan.cp > 1) return cp::make_context_parallel_run(plan, config, world);
   if (plan.pp > 1) return pp::make_pipeline_run(plan, config, world, trace_path);
   if (plan.zero > 0) return zero::make_zero_run(plan, config, world);
   if (plan.ep > 1) return ep::make_expert_parallel_run(plan, config, world);

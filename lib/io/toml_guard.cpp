@@ -22,6 +22,8 @@ public:
       const char c = text_[at_];
       if (c == '#') {
         skip_to_line_end();
+      } else if ((c == '"' || c == '\'') && glued_to_bare_text()) {
+        step(); // not a string: invalid TOML, which toml++ reports; what follows is not quoted
       } else if (starts("\"\"\"")) {
         multi_line_basic();
       } else if (starts("'''")) {
@@ -39,6 +41,16 @@ public:
 
 private:
   bool starts(std::string_view s) const { return text_.substr(at_, s.size()) == s; }
+
+  // A quote right after a bare key's or value's character (`19"`, `a"`) opens no string in TOML:
+  // toml++ reads on as bare text, so the lexer must not take what follows for a string's inside.
+  // (fuzz/config_fuzz found `steps = 19"""[...` followed by non-ASCII bytes.)
+  bool glued_to_bare_text() const {
+    if (at_ == 0) return false;
+    const char p = text_[at_ - 1];
+    return (p >= 'a' && p <= 'z') || (p >= 'A' && p <= 'Z') || (p >= '0' && p <= '9') || p == '_' ||
+           p == '-' || p == '+' || p == ':';
+  }
 
   void step() {
     if (text_[at_] == '\n') {

@@ -2,7 +2,7 @@
 // `tinyscale train` builds it from its flags, the planner (chapter 09) enumerates candidates of
 // the same shape, and fourd::check_plan validates it in one place before any rank starts.
 // The easy thing to get wrong: dp counts every rank that reads its own rows, the ep ranks among
-// them, so the mesh's dp axis is dp / ep and the world is dp x tp x pp.
+// them, so the mesh's dp axis is dp / ep and the world is dp x tp x pp x cp.
 #pragma once
 
 #include "mesh/layout.hpp"
@@ -18,9 +18,11 @@ struct ParallelPlan {
   /// Ranks that each read their own rows of the global batch (ep ranks among them). 0: not
   /// given; the world decides (under mpirun), or one rank without data parallelism.
   int dp = 0;
-  int tp = 1;                     ///< tensor-parallel ranks (chapter 05)
-  int pp = 1;                     ///< pipeline stages, one per rank (chapter 06)
-  int ep = 1;                     ///< expert-parallel ranks, inside dp (chapter 08)
+  int tp = 1; ///< tensor-parallel ranks (chapter 05)
+  int pp = 1; ///< pipeline stages, one per rank (chapter 06)
+  int ep = 1; ///< expert-parallel ranks, inside dp (chapter 08)
+  int cp = 1; ///< context-parallel ranks: each holds part of every sequence
+  std::string cp_split = "load-balanced"; ///< with cp: load-balanced or contiguous chunks
   int zero = 0;                   ///< ZeRO stage 0-3 over the data-parallel ranks (chapter 07)
   bool sequence_parallel = false; ///< with tp: LayerNorm and dropout on sequence shards
   std::string schedule = "1f1b";  ///< with pp: gpipe, 1f1b, interleaved or zb-h1
@@ -40,13 +42,15 @@ struct ParallelPlan {
   /// Whether this needs chapter 10's composition: more than one of tp, pp, ep and zero, or an
   /// explicit rank order or topology. The single-axis runs keep their own chapters' trainers.
   bool composed() const;
-  /// The data-parallel ranks of a world of `world` ranks: dp when given, else world / (tp x pp).
+  /// The data-parallel ranks of a world of `world` ranks: dp when given, else
+  /// world / (tp x pp x cp).
   int data_parallel(int world) const;
-  /// The ranks to start on the threads backend: dp (or ep, or 1) x tp x pp.
+  /// The ranks to start on the threads backend: dp (or ep, or 1) x tp x pp x cp.
   int threads_world() const;
-  /// This plan with dp set from a world of `world` ranks; throws unless world = dp x tp x pp.
+  /// This plan with dp set from a world of `world` ranks; throws unless
+  /// world = dp x tp x pp x cp.
   ParallelPlan for_world(int world) const;
-  /// The mesh of a composed run: dp / ep x tp x pp x ep in `order`.
+  /// The mesh of the run: dp / ep x tp x pp x ep x cp in `order`.
   MeshLayout mesh_layout() const;
 };
 

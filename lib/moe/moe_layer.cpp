@@ -53,7 +53,7 @@ nn::FeedForwardOutput MoeFeedForward::forward(const Tensor& x,
                                         x.device()),
                        N);
   y = reshape(y, {B, T, C});
-  if (ctx.training && dropout_ > 0) y = dropout(y, dropout_, ctx.dropout_rng(name_, T * C));
+  y = ctx.dropout(y, dropout_, name_);
   stats.aux_loss = r.aux_loss.item();
   stats.z_loss = r.z_loss.item();
   return nn::FeedForwardOutput{y, r.aux_loss, r.z_loss, stats};

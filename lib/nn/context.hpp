@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tinyscale::nn {
 
@@ -25,6 +26,25 @@ public:
   virtual Tensor after_head(const Tensor& logits) { return logits; }
 };
 
+/// Causal attention computed with other ranks: context parallelism's ring (lib/cp), where each
+/// rank holds only some positions of every sequence. CausalSelfAttention calls it in place of
+/// scaled_dot_product_attention when the context names one.
+class AttentionCore {
+public:
+  virtual ~AttentionCore() = default;
+  /// q, k, v [B, H, T_local, D] of this rank's positions -> [B, H, T_local, D].
+  virtual Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v) const = 0;
+};
+
+/// The positions of each row a forward call holds when it holds only some (context
+/// parallelism): chunks of `length` positions starting at `starts`, joined in that order, of rows
+/// of `seq_len` positions.
+struct SequenceChunks {
+  std::int64_t seq_len = 0;
+  std::int64_t length = 0;
+  std::vector<std::int64_t> starts;
+};
+
 /// Per-call settings of a forward pass.
 struct ForwardContext {
   bool training = false;  ///< dropout is active only when training
@@ -33,9 +53,17 @@ struct ForwardContext {
       0; ///< optimizer step, mixed into the dropout seed (micro-batches differ by row_offset)
   std::int64_t row_offset = 0;   ///< index of this call's first row within the global batch
   ForwardHooks* hooks = nullptr; ///< called around each block and the head (GPT::forward)
+  /// The attention a block uses (context parallelism's ring); nullptr: this rank's own.
+  const AttentionCore* attention = nullptr;
+  /// The positions of each row this call holds; nullptr: every position.
+  const SequenceChunks* chunks = nullptr;
 
   /// Dropout stream for the layer `name` on a [rows, ...] tensor with `row_elements` per row.
   DropoutRng dropout_rng(const std::string& name, std::int64_t row_elements) const;
+  /// Dropout with probability p on activations x [B, T, C] of the layer `name` when training (x
+  /// itself otherwise), with the single-rank run's mask: the rows from row_offset, the positions
+  /// the `chunks` name.
+  Tensor dropout(const Tensor& x, double p, const std::string& name) const;
 };
 
 } // namespace tinyscale::nn

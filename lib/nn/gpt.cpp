@@ -37,10 +37,8 @@ Tensor GPT::embed(const Tensor& ids, const ForwardContext& ctx) const {
   TS_CHECK(T <= config_.n_positions, "GPT: expected at most n_positions = ", config_.n_positions,
            " tokens per sequence, found ", T, "; lower train.seq_len or raise model.n_positions");
   const DType compute = config_.compute_dtype(); // bfloat16 under mixed precision
-  Tensor x = embedding(ids, cast(wte_, compute)) + slice(cast(wpe_, compute), 0, 0, T);
-  if (ctx.training && config_.dropout > 0)
-    x = dropout(x, config_.dropout, ctx.dropout_rng("wte+wpe", T * config_.n_embd));
-  return x;
+  const Tensor x = embedding(ids, cast(wte_, compute)) + slice(cast(wpe_, compute), 0, 0, T);
+  return ctx.dropout(x, config_.dropout, "wte+wpe");
 }
 
 FeedForwardOutput GPT::block(int layer, const Tensor& x, const ForwardContext& ctx) const {

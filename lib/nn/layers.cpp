@@ -1,5 +1,6 @@
 #include "nn/layers.hpp"
 
+#include "core/error.hpp"
 #include "core/rng.hpp"
 #include "nn/context.hpp"
 #include "ops/ops.hpp"
@@ -14,6 +15,30 @@ DropoutRng ForwardContext::dropout_rng(const std::string& name, std::int64_t row
   return DropoutRng{step_seed, stream_id(name),
                     static_cast<std::uint64_t>(row_offset) *
                         static_cast<std::uint64_t>(row_elements)};
+}
+
+Tensor ForwardContext::dropout(const Tensor& x, double p, const std::string& name) const {
+  if (!training || p <= 0) return x;
+  const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  if (chunks == nullptr) return tinyscale::dropout(x, p, dropout_rng(name, T * C));
+  // Chunk i of row b starts at element (b * seq_len + starts[i]) * C of the single-rank mask.
+  TS_CHECK(T == chunks->length * static_cast<std::int64_t>(chunks->starts.size()),
+           "ForwardContext::dropout: expected ", chunks->starts.size(), " chunks of ",
+           chunks->length, " positions, found ", T, " positions in ", x.shape().str());
+  const DropoutRng base = dropout_rng(name, chunks->seq_len * C); // this call's first row
+  std::vector<Tensor> rows;
+  for (std::int64_t b = 0; b < B; ++b) {
+    std::vector<Tensor> parts;
+    for (std::size_t i = 0; i < chunks->starts.size(); ++i) {
+      DropoutRng rng = base;
+      rng.offset += static_cast<std::uint64_t>((b * chunks->seq_len + chunks->starts[i]) * C);
+      const std::int64_t from = static_cast<std::int64_t>(i) * chunks->length;
+      parts.push_back(
+          tinyscale::dropout(slice(slice(x, 0, b, b + 1), 1, from, from + chunks->length), p, rng));
+    }
+    rows.push_back(parts.size() == 1 ? parts[0] : concat(parts, 1));
+  }
+  return rows.size() == 1 ? rows[0] : concat(rows, 0);
 }
 
 Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init, bool decay) {

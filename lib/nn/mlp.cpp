@@ -17,9 +17,7 @@ DenseFeedForward::DenseFeedForward(ParameterList& params, const std::string& nam
     : name_(name), dropout_(config.dropout), mlp_(params, name, config, seed) {}
 
 FeedForwardOutput DenseFeedForward::forward(const Tensor& x, const ForwardContext& ctx) const {
-  Tensor y = mlp_.forward(x);
-  if (ctx.training && dropout_ > 0)
-    y = dropout(y, dropout_, ctx.dropout_rng(name_, x.size(1) * x.size(2)));
+  const Tensor y = ctx.dropout(mlp_.forward(x), dropout_, name_);
   return FeedForwardOutput{y, Tensor(), Tensor(), std::nullopt};
 }
 

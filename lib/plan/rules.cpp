@@ -4,6 +4,7 @@
 #include "plan/rules.hpp"
 
 #include "core/error.hpp"
+#include "cp/trainer.hpp"
 #include "ep/trainer.hpp"
 #include "pp/run.hpp"
 #include "pp/trainer.hpp"
@@ -21,14 +22,16 @@ void check_layout_rules(const mesh::ParallelPlan& plan, const io::RunConfig& con
   if (plan.tp > 1)
     tp::check_tp_layout(config.model, config.train.seq_len, plan.tp, plan.sequence_parallel);
   if (plan.composed()) (void)plan.mesh_layout(); // the order names every axis of size > 1
+  if (plan.cp > 1) cp::check_cp_layout(config, plan.cp, cp::parse_split(plan.cp_split));
   if (plan.pp > 1 || plan.composed())
     pp::check_pipeline_layout(config, plan.pp, pp::pipeline_options(plan), D);
   else
     train::check_batch_split(config, D,
-                             plan.zero > 0 ? "ZeRO"
-                             : plan.ep > 1 ? "expert parallelism"
-                             : plan.tp > 1 ? "tensor parallel"
-                                           : "data parallel");
+                             plan.cp > 1     ? "context parallel"
+                             : plan.zero > 0 ? "ZeRO"
+                             : plan.ep > 1   ? "expert parallelism"
+                             : plan.tp > 1   ? "tensor parallel"
+                                             : "data parallel");
   if (plan.zero > 0) zero::check_zero_layout(config, D, plan.zero);
 }
 

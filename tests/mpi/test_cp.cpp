@@ -1,6 +1,7 @@
-// Ring attention (context parallelism, lib/cp) under mpirun -np 4 (label mpi): the comparison of
-// tests/parallel/test_ring_attention.cpp with real processes. cp = 4 uses the world; cp = 2 runs
-// on the two halves of the world side by side.
+// Context parallelism (lib/cp) under mpirun -np 4 (label mpi): the comparisons of
+// tests/parallel/test_ring_attention.cpp and test_cp_equivalence.cpp with real processes. cp = 4
+// uses the world; cp = 2 runs on the two halves of the world side by side; dp 2 x cp 2 on the
+// mesh's groups.
 #include "cp_equivalence.hpp"
 #include "mpi_world.hpp"
 
@@ -24,6 +25,24 @@ TEST_CASE("mpi: ring attention on 4 and 2 processes equals one rank's causal att
         CHECK(error <= (dtype == DType::Float64 ? 1e-12 : 1e-5));
       }
     }
+  }
+  world->barrier();
+}
+
+TEST_CASE("mpi: context-parallel training on 4 processes equals one rank: cp 4 and dp 2 x cp 2, "
+          "load-balanced, dropout on, 3 steps (float32 1e-5)",
+          "[cp]") {
+  auto world = test::mpi_world(std::chrono::seconds(60));
+  REQUIRE(world->size() == 4);
+  for (int cp_size : {4, 2}) {
+    const int dp = 4 / cp_size;
+    INFO("dp " << dp << " x cp " << cp_size);
+    const io::RunConfig config = test::dp_run_config(dp, 2, 2, false);
+    const test::CpRecord want = test::cp_reference(config, dp);
+    const test::CpRecord got = test::cp_run(*world, cp_size, config, cp::Split::LoadBalanced);
+    INFO("rank " << world->rank() << ": worst relative error "
+                 << test::worst_error(want.run, got.run));
+    CHECK(test::compare_cp(want, got, 1e-5) == "");
   }
   world->barrier();
 }

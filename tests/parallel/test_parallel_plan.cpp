@@ -126,16 +126,20 @@ TEST_CASE("Every plan run through make_run equals one rank: losses, norms and va
   }
 }
 
-TEST_CASE(
-    "A plan's world is dp x tp x pp, and without --dp, mpirun's world decides dp, and a world "
-    "that does not fit is refused naming both",
-    "[plan]") {
+TEST_CASE("A plan's world is dp x tp x pp x cp, and without --dp, mpirun's world decides dp, and a "
+          "world that does not fit is refused naming both",
+          "[plan]") {
   const mesh::ParallelPlan plan = plan_of(0, 2, 2, 1, 0);
   CHECK(plan.threads_world() == 4);
   CHECK(plan.for_world(8).dp == 2);
   CHECK(plan_of(0, 1, 1, 2, 0).threads_world() == 2); // ep alone: dp defaults to ep
   REQUIRE_TS_ERROR(plan_of(2, 2, 2, 1, 0).for_world(4),
-                   Contains("expected dp x tp x pp = 2 x 2 x 2 = 8 ranks, found a world of 4"));
+                   Contains("expected dp x tp x pp x cp = 2 x 2 x 2 x 1 = 8 ranks, found a world "
+                            "of 4"));
+  mesh::ParallelPlan cp = plan_of(0, 1, 1, 1, 0);
+  cp.cp = 4;
+  CHECK(cp.threads_world() == 4);
+  CHECK(cp.for_world(8).dp == 2);
   CHECK_FALSE(plan_of(2, 1, 1, 1, 0).composed());
   CHECK(plan_of(2, 2, 1, 1, 1).composed());
   mesh::ParallelPlan ordered = plan_of(2, 1, 1, 1, 0);

@@ -21,7 +21,7 @@ Device device_under_test() { return test::test_device() == "emu" ? Device::emu()
 
 TEST_CASE("Ring attention equals one rank's causal attention, output and q, k, v gradients, for "
           "cp = 1 to 4, contiguous and load-balanced, float64 to 1e-12 and float32 to 1e-5",
-          "[parallel][cp]") {
+          "[parallel][cp][ex14.2]") {
   for (DType dtype : {DType::Float64, DType::Float32}) {
     const double tolerance = dtype == DType::Float64 ? 1e-12 : 1e-5;
     for (cp::Split split : {cp::Split::Contiguous, cp::Split::LoadBalanced}) {
@@ -66,7 +66,7 @@ TEST_CASE("Negative control: ring attention told the wrong chunk map (load-balan
 
 TEST_CASE("Load-balanced chunks: rank i holds chunks i and 2N-1-i, and every rank scores the same "
           "number of causal query-key pairs, and contiguous chunks do not balance",
-          "[parallel][cp]") {
+          "[parallel][cp][ex14.1]") {
   CHECK(cp::chunks_of(0, 4, cp::Split::LoadBalanced) == std::vector<int>{0, 7});
   CHECK(cp::chunks_of(3, 4, cp::Split::LoadBalanced) == std::vector<int>{3, 4});
   CHECK(cp::chunks_of(2, 4, cp::Split::Contiguous) == std::vector<int>{2});

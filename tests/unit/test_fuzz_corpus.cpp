@@ -172,6 +172,10 @@ TEST_CASE("non-ASCII text that toml++ 3.3.0 cannot read safely is refused before
   refused("[data]\npath = [ \xd0\x96 ]\n", "outside quotes");
   refused("[data]\npath = \"\"\"\\\n  \xc3\xa9\"\"\"\n", "line-ending backslash");
   refused("[data]\npath = \"\"\"\\\xc3\xa9\"\"\"\n", "right after a backslash");
+  // A quote glued to a value opens no string for toml++ (fuzz/corpus/config/
+  // crash_toml_quote_after_value): the non-ASCII bytes after it are bare text.
+  refused("[train]\nsteps = 19\"\"\"[79-05-2\xc9\xab\"\"\"\n", "outside quotes");
+  refused("[train]\nsteps = 19'\xc3\xa9'\n", "u.toml:2:12");
   // Non-ASCII where TOML allows it still parses: strings of every kind, comments, a BOM.
   const std::string ok = "\xef\xbb\xbf# r\xc3\xa9sum\xc3\xa9\n[data]\nsource = \"text\"\n"
                          "path = \"caf\xc3\xa9/\xe3\x81\x82\"\nval_path = '''\xd0\x96\n\"\"\"'''\n"

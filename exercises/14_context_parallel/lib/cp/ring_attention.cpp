@@ -1,0 +1,210 @@
+#include "cp/ring_attention.hpp"
+
+#include "autograd/grad_mode.hpp"
+#include "autograd/record.hpp"
+#include "comm/counting.hpp"
+#include "comm/tensor_comm.hpp"
+#include "core/error.hpp"
+#include "ops/attention_block.hpp"
+#include "ops/ops.hpp"
+
+#include <utility>
+
+namespace tinyscale::cp {
+
+namespace {
+
+// Tags of the ring's messages: both passes use the cp group only for these.
+constexpr int kForwardTag = 0;
+constexpr int kBackwardTag = 1;
+
+void check_size(int rank, int size, const char* op) {
+  TS_CHECK(size >= 1 && rank >= 0 && rank < size, "cp::", op, ": expected a rank in 0..", size - 1,
+           " of a cp group of size >= 1, found rank ", rank, " of ", size);
+}
+
+// A rank's positions cut back into its chunks (axis 2 of [B, H, T_local, ...]).
+std::vector<Tensor> pieces(const Tensor& x, std::size_t count) {
+  return chunk(x, 2, static_cast<int>(count));
+}
+
+// The online-softmax merge: (out, lse) over the keys seen so far, and one more block. The row's
+// normaliser grows to lse' = log(exp(lse) + exp(lse_b)), and each partial output, normalised by
+// its own lse, is reweighted by exp(lse - lse') (Milakov and Gimelshein 2018).
+void merge(AttentionBlock& acc, AttentionBlock block) {
+  if (!acc.out.defined()) {
+    acc = std::move(block);
+    return;
+  }
+  Tensor lse, out; // the merged normaliser [B, H, Tq, 1] and output [B, H, Tq, D]
+  // EXERCISE 14.2 begin: the online-softmax merge of two partial attention results
+  ::tinyscale::exercise_not_done("14.2", "ex14", __FILE__);
+  // EXERCISE 14.2 end
+  acc.out = out;
+  acc.lse = lse;
+}
+
+// The ring's neighbours: blocks arrive from the left and leave to the right.
+struct Ring {
+  int n, rank, left, right;
+  explicit Ring(const comm::Communicator& cp)
+      : n(cp.size()), rank(cp.rank()), left((cp.rank() + cp.size() - 1) % cp.size()),
+        right((cp.rank() + 1) % cp.size()) {}
+  int source(int step) const { return (rank + n - step) % n; } // whose block is here at `step`
+};
+
+// The forward ring, without autograd: this rank's output and every row's lse over all its keys.
+AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                            comm::Communicator& cp, Split split) {
+  const Ring ring(cp);
+  const std::vector<int> mine = chunks_of(ring.rank, ring.n, split);
+  const std::int64_t batch = q.size(0);
+  const std::vector<Tensor> queries = pieces(q, mine.size());
+  std::vector<AttentionBlock> acc(mine.size());
+  Tensor held = concat({k, v}, 0); // what travels: k and v on the batch axis, [2B, H, T_local, D]
+  for (int step = 0; step < ring.n; ++step) {
+    const bool more = step + 1 < ring.n;
+    // Pass the block on before computing with it, so that the transfer overlaps the compute.
+    Tensor next;
+    comm::WorkHandle sent, received;
+    if (more) {
+      next = Tensor::empty(held.shape(), held.dtype(), held.device());
+      received = comm::irecv(cp, next, ring.left, kForwardTag);
+      sent = comm::isend(cp, held, ring.right, kForwardTag);
+    }
+    const std::vector<int> theirs = chunks_of(ring.source(step), ring.n, split);
+    const std::vector<Tensor> keys = pieces(slice(held, 0, 0, batch), theirs.size()),
+                              values = pieces(slice(held, 0, batch, 2 * batch), theirs.size());
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      for (std::size_t j = 0; j < theirs.size(); ++j)
+        if (theirs[j] <= mine[i]) // causal: a query chunk sees the chunks up to its own
+          merge(acc[i], attention_block_forward(queries[i], keys[j], values[j],
+                                                /*diagonal=*/theirs[j] == mine[i]));
+    if (more) {
+      received->wait();
+      sent->wait();
+      held = next;
+    }
+  }
+  std::vector<Tensor> outs, lses;
+  for (const AttentionBlock& block : acc) {
+    outs.push_back(block.out);
+    lses.push_back(block.lse);
+  }
+  return {concat(outs, 2), concat(lses, 2)};
+}
+
+// The backward ring, without autograd: dq, dk, dv of this rank's positions. Each block travels
+// with the gradients of its k and v summed so far; after the last step one more hop takes them
+// home. Unlike the forward, a hop waits for the step's compute (it carries the step's result).
+autograd::Grads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, const Tensor& grad, comm::Communicator& cp,
+                              Split split) {
+  const Ring ring(cp);
+  const std::vector<int> mine = chunks_of(ring.rank, ring.n, split);
+  const std::int64_t batch = q.size(0);
+  const std::size_t count = mine.size();
+  const std::vector<Tensor> queries = pieces(q, count), grads = pieces(grad, count),
+                            lses = pieces(lse, count),
+                            deltas = pieces(sum(grad * out, {-1}, true), count); // rowsum(dO O)
+  std::vector<Tensor> dq;
+  for (const Tensor& piece : queries)
+    dq.push_back(Tensor::zeros(piece.shape(), q.dtype(), q.device()));
+  Tensor zeros = Tensor::zeros(k.shape(), k.dtype(), k.device());
+  Tensor held = concat({k, v, zeros, zeros}, 0); // k, v, dk, dv: [4B, H, T_local, D]
+  for (int step = 0; step < ring.n; ++step) {
+    const std::vector<int> theirs = chunks_of(ring.source(step), ring.n, split);
+    const std::vector<Tensor> keys = pieces(slice(held, 0, 0, batch), theirs.size()),
+                              values = pieces(slice(held, 0, batch, 2 * batch), theirs.size());
+    std::vector<Tensor> dk = pieces(slice(held, 0, 2 * batch, 3 * batch), theirs.size()),
+                        dv = pieces(slice(held, 0, 3 * batch, 4 * batch), theirs.size());
+    for (std::size_t i = 0; i < count; ++i)
+      for (std::size_t j = 0; j < theirs.size(); ++j)
+        if (theirs[j] <= mine[i])
+          attention_block_backward(queries[i], keys[j], values[j], grads[i], lses[i], deltas[i],
+                                   /*diagonal=*/theirs[j] == mine[i], dq[i], dk[j], dv[j]);
+    // The block moves on with its gradients; the last hop takes only the gradients home.
+    Tensor outgoing = step + 1 < ring.n
+                          ? concat({slice(held, 0, 0, 2 * batch), concat(dk, 2), concat(dv, 2)}, 0)
+                          : concat({concat(dk, 2), concat(dv, 2)}, 0);
+    if (ring.n > 1) {
+      Tensor incoming = Tensor::empty(outgoing.shape(), outgoing.dtype(), outgoing.device());
+      comm::WorkHandle received = comm::irecv(cp, incoming, ring.left, kBackwardTag);
+      comm::WorkHandle sent = comm::isend(cp, outgoing, ring.right, kBackwardTag);
+      received->wait();
+      sent->wait();
+      outgoing = incoming;
+    }
+    held = outgoing;
+  }
+  // Home: held is [dk; dv] of this rank's own positions.
+  return {concat(dq, 2), slice(held, 0, 0, batch), slice(held, 0, batch, 2 * batch)};
+}
+
+} // namespace
+
+std::string split_name(Split split) {
+  return split == Split::Contiguous ? "contiguous" : "load-balanced";
+}
+
+int chunk_count(int size, Split split) { return split == Split::Contiguous ? size : 2 * size; }
+
+std::vector<int> chunks_of(int rank, int size, Split split) {
+  check_size(rank, size, "chunks_of");
+  if (split == Split::Contiguous) return {rank};
+  std::vector<int> chunks; // the 2 of the 2N chunks rank `rank` holds, ascending
+  // EXERCISE 14.1 begin: the load-balanced chunk map
+  ::tinyscale::exercise_not_done("14.1", "ex14", __FILE__);
+  // EXERCISE 14.1 end
+  return chunks;
+}
+
+Tensor shard_sequence(const Tensor& x, int axis, int rank, int size, Split split) {
+  check_size(rank, size, "shard_sequence");
+  const int count = chunk_count(size, split);
+  const std::int64_t length = x.size(axis);
+  TS_CHECK(length % count == 0, "cp::shard_sequence: a sequence of ", length,
+           " positions does not cut into ", count, " equal chunks (cp = ", size, ", ",
+           split_name(split), "); choose train.seq_len as a multiple of ", count);
+  const std::int64_t c = length / count;
+  std::vector<Tensor> parts;
+  for (int chunk_index : chunks_of(rank, size, split))
+    parts.push_back(slice(x, axis, chunk_index * c, (chunk_index + 1) * c));
+  return parts.size() == 1 ? parts[0] : concat(parts, axis);
+}
+
+std::int64_t causal_pairs(int rank, int size, Split split, std::int64_t seq_len) {
+  const std::int64_t c = seq_len / chunk_count(size, split);
+  std::int64_t pairs = 0;
+  for (int a : chunks_of(rank, size, split)) pairs += a * c * c + c * (c + 1) / 2;
+  return pairs;
+}
+
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, comm::Communicator& cp,
+                      Split split) {
+  check_floating(q, "cp::ring_attention", "q");
+  check_same_dtype_device(q, k, "cp::ring_attention");
+  check_same_dtype_device(q, v, "cp::ring_attention");
+  TS_CHECK(q.rank() == 4 && q.shape() == k.shape() && q.shape() == v.shape(),
+           "cp::ring_attention: expected q, k, v of one shape [B, H, T_local, D], found ",
+           q.shape().str(), ", ", k.shape().str(), ", ", v.shape().str());
+  const std::size_t held = chunks_of(cp.rank(), cp.size(), split).size();
+  TS_CHECK(q.size(2) % static_cast<std::int64_t>(held) == 0, "cp::ring_attention: this rank holds ",
+           held, " chunks (", split_name(split), ") but ", q.size(2),
+           " positions, which do not cut into them evenly; cut the sequence with "
+           "cp::shard_sequence");
+  AttentionBlock result;
+  {
+    NoGradGuard no_grad; // the node is recorded below, once, with its own backward
+    result = ring_forward(q.detach(), k.detach(), v.detach(), cp, split);
+  }
+  // The backward counts its traffic under the forward's region (comm/counting.hpp).
+  auto backward = [&cp, region = comm::counting_region(cp), q = q.detach(), k = k.detach(),
+                   v = v.detach(), out = result.out, lse = result.lse, split](const Tensor& grad) {
+    comm::CountingRegion scope(cp, region);
+    return ring_backward(q, k, v, out, lse, grad, cp, split);
+  };
+  return record_op("cp.ring_attention", result.out, {q, k, v}, backward);
+}
+
+} // namespace tinyscale::cp

@@ -1,0 +1,75 @@
+#include "cp/trainer.hpp"
+
+#include "core/error.hpp"
+#include "dp/step.hpp"
+#include "io/checkpoint.hpp"
+
+namespace tinyscale::cp {
+
+void check_cp_layout(const io::RunConfig& config, int cp, Split split) {
+  const int count = chunk_count(cp, split);
+  TS_CHECK(config.train.seq_len % count == 0,
+           "context parallelism: train.seq_len = ", config.train.seq_len, " does not cut into ",
+           count, " equal chunks (--cp ", cp, ", ", split_name(split),
+           "); choose train.seq_len as a multiple of ", count,
+           split == Split::LoadBalanced ? ", or --cp-split contiguous" : "");
+  TS_CHECK(config.model.moe.n_experts == 0, "context parallelism: this version runs dense ",
+           "models only (an MoE router's capacity would count one rank's positions); found ",
+           "model.moe.n_experts = ", config.model.moe.n_experts, "; leave --cp out for MoE");
+}
+
+Split parse_split(const std::string& name) {
+  if (name == "load-balanced") return Split::LoadBalanced;
+  TS_CHECK(name == "contiguous", "context parallelism: expected --cp-split load-balanced or ",
+           "contiguous, found '", name, "'");
+  return Split::Contiguous;
+}
+
+namespace {
+const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicator& cp,
+                             const comm::Communicator* dp, Split split) {
+  check_cp_layout(config, cp.size(), split);
+  train::check_batch_split(config, dp != nullptr ? dp->size() : 1, "context parallel");
+  return config;
+}
+} // namespace
+
+CpTrainer::CpTrainer(io::RunConfig config, comm::Communicator& cp, comm::Communicator* dp,
+                     comm::Communicator& dp_cp, Split split)
+    : dp_(dp), dp_cp_(&dp_cp),
+      trainer_(
+          [&](const io::RunConfig& c) {
+            return std::make_unique<CpGPT>(c.model, c.train.seed, cp, split, c.train.seq_len);
+          },
+          checked(config, cp, dp, split)) {
+  const train::TrainConfig& t = trainer_.config().train;
+  rows_ = t.batch_size / ((dp != nullptr ? dp->size() : 1) * t.micro_batches);
+  if (dp_cp.size() > 1)
+    sync_ = std::make_unique<dp::DataParallel>(trainer_.model().parameters(), dp_cp);
+}
+
+// A dp rank's rows as in chapter 04; each cp rank of it runs the same rows, its own positions.
+train::StepResult CpTrainer::train_step() {
+  const std::int64_t k = trainer_.config().train.micro_batches;
+  const std::int64_t dp_rank = dp_ != nullptr ? dp_->rank() : 0;
+  dp::StepPlan plan;
+  plan.rows = rows_;
+  plan.first_row = [&](std::int64_t m) { return (dp_rank * k + m) * rows_; };
+  plan.sync = sync_.get();
+  plan.finish_gradients = [&] {
+    if (sync_) sync_->finish_gradient_sync();
+  };
+  plan.replicas = dp_; // the losses: each cp rank already holds its rows' whole loss
+  return dp::data_parallel_step(trainer_, plan);
+}
+
+std::string CpTrainer::save_checkpoint() const {
+  std::string dir;
+  if (dp_cp_->rank() == 0) dir = trainer_.save_checkpoint();
+  dp_cp_->barrier(); // nobody reads the checkpoint before it is complete
+  return dp_cp_->rank() == 0
+             ? dir
+             : trainer_.config().train.checkpoint_dir + "/" + io::checkpoint_dir_name(step());
+}
+
+} // namespace tinyscale::cp
