@@ -1,4 +1,4 @@
-// Ring attention (context parallelism; Liu, Zaharia and Abbeel 2023): causal self-attention over a
+// Ring attention (chapter 14; Liu, Zaharia and Abbeel 2023): causal self-attention over a
 // sequence cut across the ranks of a context-parallel (cp) group. Each rank holds the queries,
 // keys and values of its own positions; the key/value blocks travel around the ring, one hop a
 // step, while every rank computes its queries against the block it holds, and the partial results
