@@ -176,6 +176,13 @@ TEST_CASE("non-ASCII text that toml++ 3.3.0 cannot read safely is refused before
   // crash_toml_quote_after_value): the non-ASCII bytes after it are bare text.
   refused("[train]\nsteps = 19\"\"\"[79-05-2\xc9\xab\"\"\"\n", "outside quotes");
   refused("[train]\nsteps = 19'\xc3\xa9'\n", "u.toml:2:12");
+  // Nor does a quote after a quote (crash_toml_quote_after_quote, config_fuzz again).
+  refused("[train]\nsteps = 19I\"\"[79-05-2\xc9\xab\xcf\xc8\n", "outside quotes");
+  // Where the lexer takes a quote for a string's opening but toml++ reads a bare value on through
+  // it, toml++ still never sees the original: it parses the text with '?' for each non-ASCII
+  // character first, and that copy's syntax error is what the user reads (column in characters).
+  refused("[train]\nsteps = 19[\"\xc9\xab\"\n", "syntax error");
+  refused("[train]\nsteps = \"\xc3\xa9\" 1[\"\xc9\xab\"\n", "u.toml:2:13");
   // Non-ASCII where TOML allows it still parses: strings of every kind, comments, a BOM.
   const std::string ok = "\xef\xbb\xbf# r\xc3\xa9sum\xc3\xa9\n[data]\nsource = \"text\"\n"
                          "path = \"caf\xc3\xa9/\xe3\x81\x82\"\nval_path = '''\xd0\x96\n\"\"\"'''\n"
