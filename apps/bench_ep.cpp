@@ -210,15 +210,6 @@ std::int64_t bytes_from_rows(const ep::EpLayerLoad& l, const Sizes& z) {
   return 2 * rows * z.C * z.element_bytes;
 }
 
-std::string bytes_str(double bytes) {
-  char buf[32];
-  if (std::abs(bytes) >= 1024.0 * 1024.0)
-    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
-  return buf;
-}
-
 void print_table(const std::vector<Row>& rows, std::int64_t steps) {
   std::printf("| ep | skew | fwd+bwd ms | dispatch ms | expert ms | combine ms | bwd all-to-all ms "
               "| sent / rank / step, max | mean | balanced formula | imbalance | dropped |\n"
@@ -300,7 +291,6 @@ void write_json(const std::string& path, const std::string& command, const std::
 void print_header(const std::string& command, const io::RunConfig& config,
                   const BenchEpOptions& opt, int max_ranks) {
   const Sizes z = sizes_of(config);
-  const unsigned cores = std::thread::hardware_concurrency();
   std::printf("%s\n", command.c_str());
   std::printf("layer: h.%d.mlp alone, %d experts (%s placement), top-%d, capacity factor %g; "
               "every rank routes its own [B, T, C] = [%lld, %lld, %lld] %s: N = %lld tokens, "
@@ -309,9 +299,7 @@ void print_header(const std::string& command, const io::RunConfig& config,
               static_cast<long long>(z.B), static_cast<long long>(z.T), static_cast<long long>(z.C),
               dtype_name(config.model.compute_dtype()), static_cast<long long>(z.tokens()),
               static_cast<long long>(z.capacity()));
-  std::printf("machine: %s, %u hardware threads\n", metrics::cpu_model_name().c_str(), cores);
-  if (max_ranks > static_cast<int>(cores))
-    std::printf("note: ranks share cores: %d ranks on %u hardware threads\n", max_ranks, cores);
+  print_machine(max_ranks);
   std::printf(
       "skew s: 0 = the router as initialised on random inputs; s > 0 sets the input's last channel "
       "to 1 and the router's last row to -s log(e + 1), so expert e's probability scales as "
@@ -341,25 +329,14 @@ void run_bench_ep(const BenchEpOptions& opt) {
   std::string extra = skew_list(opt.skews);
   if (opt.placement != "contiguous") extra += " --placement " + opt.placement;
   std::vector<Row> rows;
-  if (backend == comm::Backend::Threads) {
-    for (int e : ranks) check_ep_size(config, e);
-    print_header(ranked_bench_command("ep", opt, backend, 0, extra), config, opt,
-                 *std::max_element(ranks.begin(), ranks.end()));
-    for (int e : ranks)
-      comm::run_threads(
-          e, [&](comm::Communicator& world) { measure_world(world, config, opt, rows); });
-  } else {
-    comm::run_world(backend, 0, [&](comm::Communicator& world) {
-      const int n = world.size();
-      TS_CHECK(!opt.ranks_given || std::find(ranks.begin(), ranks.end(), n) != ranks.end(),
-               "bench ep: under mpirun the world size (", n, ") is the ep size, but --ranks ",
-               "does not list it; run mpirun -np with one of the --ranks values");
-      if (world.rank() == 0)
-        print_header(ranked_bench_command("ep", opt, backend, n, extra), config, opt, n);
-      measure_world(world, config, opt, rows);
-    });
-    if (rows.empty()) return; // not rank 0
-  }
+  const bool holds_rows = measure_ranked(
+      "ep", "ep size", opt, backend, [&](int e) { check_ep_size(config, e); },
+      [&](int n) {
+        print_header(ranked_bench_command("ep", opt, backend, n, extra), config, opt,
+                     n > 0 ? n : *std::max_element(ranks.begin(), ranks.end()));
+      },
+      [&](comm::Communicator& world) { measure_world(world, config, opt, rows); });
+  if (!holds_rows) return;
   const Sizes z = sizes_of(config);
   print_table(rows, opt.steps);
   print_check(rows, z);

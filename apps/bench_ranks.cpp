@@ -1,6 +1,12 @@
 #include "bench_ranks.hpp"
 
 #include "core/error.hpp"
+#include "metrics/peak.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <thread>
 
 namespace tinyscale::app {
 
@@ -58,6 +64,47 @@ std::string ranked_bench_command(const std::string& bench, const RankedBenchOpti
   }
   c += " --steps " + std::to_string(opt.steps) + " --warmup " + std::to_string(opt.warmup) + extra;
   return c;
+}
+
+bool measure_ranked(const std::string& bench, const std::string& size_name,
+                    const RankedBenchOptions& opt, comm::Backend backend,
+                    const std::function<void(int ranks)>& check,
+                    const std::function<void(int world_size)>& header,
+                    const std::function<void(comm::Communicator& world)>& measure) {
+  const std::vector<int>& ranks = opt.ranks;
+  if (backend == comm::Backend::Threads) {
+    for (int n : ranks) check(n);
+    header(0);
+    for (int n : ranks) comm::run_threads(n, measure);
+    return true;
+  }
+  bool rank0 = false;
+  comm::run_world(backend, 0, [&](comm::Communicator& world) {
+    const int n = world.size();
+    TS_CHECK(!opt.ranks_given || std::find(ranks.begin(), ranks.end(), n) != ranks.end(), "bench ",
+             bench, ": under mpirun the world size (", n, ") is the ", size_name,
+             ", but --ranks does not list it; run mpirun -np with one of the --ranks values");
+    rank0 = world.rank() == 0;
+    if (rank0) header(n);
+    measure(world);
+  });
+  return rank0;
+}
+
+void print_machine(int max_ranks) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  std::printf("machine: %s, %u hardware threads\n", metrics::cpu_model_name().c_str(), cores);
+  if (max_ranks > static_cast<int>(cores))
+    std::printf("note: ranks share cores: %d ranks on %u hardware threads\n", max_ranks, cores);
+}
+
+std::string bytes_str(double bytes) {
+  char buf[32];
+  if (std::abs(bytes) >= 1024.0 * 1024.0)
+    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  return buf;
 }
 
 } // namespace tinyscale::app

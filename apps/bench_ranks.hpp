@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,25 @@ io::RunConfig ranked_bench_config(const RankedBenchOptions& opt);
 
 /// The backend the bench runs on: threads or mpi (auto resolved); anything else is an Error.
 comm::Backend ranked_bench_backend(const std::string& bench, const RankedBenchOptions& opt);
+
+/// Collective measuring of a bench at several rank counts. On threads: `check(n)` for every
+/// --ranks value first (before minutes of measuring), `header(0)`, then `measure(world)` on a
+/// world of n threads for each. Under mpirun: the world size must be listed in --ranks when
+/// --ranks was given (the error names the bench and its `size_name`, e.g. "tp size"), then
+/// `header(n)` on rank 0 and one `measure` over the world. Returns false on the processes that
+/// hold no rows (every mpi rank but 0).
+bool measure_ranked(const std::string& bench, const std::string& size_name,
+                    const RankedBenchOptions& opt, comm::Backend backend,
+                    const std::function<void(int ranks)>& check,
+                    const std::function<void(int world_size)>& header,
+                    const std::function<void(comm::Communicator& world)>& measure);
+
+/// Prints "machine: CPU, N hardware threads" and, when `max_ranks` exceeds them, that the ranks
+/// share cores.
+void print_machine(int max_ranks);
+
+/// "12.5 KiB" below a MiB, else "3.25 MiB".
+std::string bytes_str(double bytes);
 
 /// "[mpirun -np N ]tinyscale bench NAME --config ... --set ... --backend ... [--ranks ...]
 /// --steps S --warmup W", the command that reproduces a table; `extra` is appended.

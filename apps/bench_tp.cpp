@@ -183,15 +183,6 @@ void add_ratios(std::vector<Row>& rows) {
             static_cast<double>(row.activation_bytes) / static_cast<double>(base.activation_bytes);
 }
 
-std::string bytes_str(double bytes) {
-  char buf[32];
-  if (std::abs(bytes) >= 1024.0 * 1024.0)
-    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
-  return buf;
-}
-
 double per_layer_step(double total, const Sizes& z, std::int64_t steps) {
   return total / static_cast<double>(z.n_layer * steps);
 }
@@ -283,7 +274,6 @@ void write_json(const std::string& path, const std::string& command, const std::
 void print_header(const std::string& command, const io::RunConfig& config, int max_ranks) {
   const auto& m = config.model;
   const Sizes z = sizes_of(config);
-  const unsigned cores = std::thread::hardware_concurrency();
   std::printf("%s\n", command.c_str());
   std::printf("model: %d layers, d_model %lld, %d heads, vocab %lld; every tp rank runs the "
               "whole batch: %lld micro-batch(es) of b = %lld rows x s = %lld tokens, %s\n",
@@ -291,9 +281,7 @@ void print_header(const std::string& command, const io::RunConfig& config, int m
               static_cast<long long>(m.vocab_size), static_cast<long long>(z.micro_batches),
               static_cast<long long>(z.b), static_cast<long long>(z.s),
               dtype_name(m.compute_dtype()));
-  std::printf("machine: %s, %u hardware threads\n", metrics::cpu_model_name().c_str(), cores);
-  if (max_ranks > static_cast<int>(cores))
-    std::printf("note: ranks share cores: %d ranks on %u hardware threads\n", max_ranks, cores);
+  print_machine(max_ranks);
   std::printf(
       "block bytes: region \"block\" of a CountingCommunicator, summed over micro-batches; "
       "payload formula 4·b·s·h (TP) or 8·b·s·h (SP) elements, wire formula 8·b·s·h·(t-1)/t\n"
@@ -304,27 +292,16 @@ void print_header(const std::string& command, const io::RunConfig& config, int m
 
 void run_bench_tp(const BenchTpOptions& opt) {
   const io::RunConfig config = ranked_bench_config(opt);
-  const std::vector<int>& ranks = opt.ranks;
   const comm::Backend backend = ranked_bench_backend("tp", opt);
   std::vector<Row> rows;
-  if (backend == comm::Backend::Threads) {
-    for (int t : ranks) check_tp_size(config, t); // before minutes of measuring
-    print_header(ranked_bench_command("tp", opt, backend, 0), config,
-                 *std::max_element(ranks.begin(), ranks.end()));
-    for (int t : ranks)
-      comm::run_threads(
-          t, [&](comm::Communicator& world) { measure_world(world, config, opt, rows); });
-  } else {
-    comm::run_world(backend, 0, [&](comm::Communicator& world) {
-      const int n = world.size();
-      TS_CHECK(!opt.ranks_given || std::find(ranks.begin(), ranks.end(), n) != ranks.end(),
-               "bench tp: under mpirun the world size (", n, ") is the tp size, but --ranks ",
-               "does not list it; run mpirun -np with one of the --ranks values");
-      if (world.rank() == 0) print_header(ranked_bench_command("tp", opt, backend, n), config, n);
-      measure_world(world, config, opt, rows);
-    });
-    if (rows.empty()) return; // not rank 0
-  }
+  const bool holds_rows = measure_ranked(
+      "tp", "tp size", opt, backend, [&](int t) { check_tp_size(config, t); },
+      [&](int n) {
+        print_header(ranked_bench_command("tp", opt, backend, n), config,
+                     n > 0 ? n : *std::max_element(opt.ranks.begin(), opt.ranks.end()));
+      },
+      [&](comm::Communicator& world) { measure_world(world, config, opt, rows); });
+  if (!holds_rows) return;
   add_ratios(rows);
   const Sizes z = sizes_of(config);
   print_table(rows, z, opt.steps);

@@ -27,6 +27,9 @@ void add_bench_dp(CLI::App& bench);
 /// Adds `bench tp`: tensor-parallel step time, block traffic against the formula and measured
 /// activation memory, with and without sequence parallelism.
 void add_bench_tp(CLI::App& bench);
+/// Adds `bench cp`: context-parallel step time, ring bytes against the formula, attention work
+/// per rank and measured activation memory, load-balanced and contiguous.
+void add_bench_cp(CLI::App& bench);
 /// Adds `bench ep`: one expert-parallel MoE layer's dispatch, expert and combine times, its
 /// all-to-all bytes against the balanced-routing formula and its expert load, balanced and skewed.
 void add_bench_ep(CLI::App& bench);

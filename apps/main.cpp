@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   tinyscale::app::add_bench_train(*bench);
   tinyscale::app::add_bench_dp(*bench);
   tinyscale::app::add_bench_tp(*bench);
+  tinyscale::app::add_bench_cp(*bench);
   tinyscale::app::add_bench_ep(*bench);
   tinyscale::app::add_bench_zero(*bench);
   tinyscale::app::add_bench_pp(*bench);

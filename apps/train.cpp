@@ -458,7 +458,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--cp", opt->plan.cp,
                   "Context-parallel ranks: every sequence cut over N ranks, attention as a ring "
                   "passing keys and values around them (lib/cp); with --dp the world is dp x cp "
-                  "(cp innermost). Dense models only, not yet with --tp, --pp, --ep or --zero")
+                  "(cp innermost); with --tp, --pp or --zero 1 chapter 10's composed run. Dense "
+                  "models only, not yet with --ep, --sp or --trace")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--cp-split", opt->plan.cp_split,
                   "With --cp: load-balanced (2N chunks, rank r holds chunks r and 2N-1-r: equal "
@@ -491,8 +492,7 @@ void add_train(CLI::App& app) {
                   "the same number of blocks per stage, give or take one)");
   cmd->add_option("--order", opt->plan.order,
                   "Rank order of a composed run (chapter 10), innermost first: the first axis "
-                  "varies fastest across ranks (--cp does not compose yet: in a composed run cp "
-                  "is 1)")
+                  "varies fastest across ranks")
       ->capture_default_str();
   cmd->add_option("--topology", opt->plan.topology,
                   "With a composed run: print the placement report of its mesh on this topology "

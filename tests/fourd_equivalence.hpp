@@ -1,9 +1,9 @@
 // The proof of chapter 10, shared by the threads tests (label parallel) and the mpi tests (label
-// mpi): dp x tp x pp (x ep, with ZeRO-1 or not) on one mesh trains exactly like one rank with
-// dp x m micro-batches: every step's loss and gradient norm, and after 3 AdamW steps every
-// parameter this rank trains (its stages' tp shards and ep experts) against the single-rank
-// parameter of the same name cut the same way; fp32, relative 1e-5 per tensor (max |diff| over
-// max |ref|), and float64 with biases to 1e-10. lr 1e-5: AdamW's first steps are about
+// mpi): dp x tp x pp (x ep, with ZeRO-1 or not, or x cp, chapter 14) on one mesh trains exactly
+// like one rank with dp x m micro-batches: every step's loss and gradient norm, and after 3 AdamW
+// steps every parameter this rank trains (its stages' tp shards and ep experts) against the
+// single-rank parameter of the same name cut the same way; fp32, relative 1e-5 per tensor (max
+// |diff| over max |ref|), and float64 with biases to 1e-10. lr 1e-5: AdamW's first steps are about
 // lr x sign(g), so summation-order noise on a near-zero gradient element becomes a step of up to
 // lr (tests/tp_equivalence.hpp). Measured on dp2 x tp2 x pp2, dense: the worst tensor is
 // h.2.attn.c_proj.weight at 7.5e-5 with lr 1e-4 (2.6e-5 at tp 1, so chapter 06's PP x DP shows
@@ -54,6 +54,9 @@ struct FourdLayout {
   bool experts_over_dense_group = false;
   /// Counts the host <-> device copies of the last step into FourdRecord::last_step_traffic.
   bool count_last_step = false;
+  /// Context parallelism (chapter 14): every sequence cut over cp ranks, which run the same rows.
+  int cp = 1;
+  cp::Split cp_split = cp::Split::LoadBalanced;
 };
 
 /// What one rank trained: the step results and its own parameters (shards, experts).
@@ -72,11 +75,13 @@ inline std::int64_t dropped_assignments(const train::StepResult& step) {
   return n;
 }
 
-/// This rank's side of a composed run on `world` (dp x tp x pp ranks).
+/// This rank's side of a composed run on `world` (dp x tp x pp x cp ranks).
 inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& config,
                              const FourdLayout& l) {
-  const mesh::MeshLayout layout(mesh::MeshShape{l.dp / l.ep, l.tp, l.pp, l.ep, 1}, l.order);
-  mesh::Mesh mesh(world, layout);
+  const mesh::MeshLayout layout(mesh::MeshShape{l.dp / l.ep, l.tp, l.pp, l.ep, l.cp}, l.order);
+  std::vector<mesh::AxisSet> extra;
+  if (l.cp > 1) extra.push_back(mesh::parse_axis_set("dp x ep")); // the rows' replicas
+  mesh::Mesh mesh(world, layout, extra);
   fourd::MeshAxes axes;
   axes.tp = &mesh.group(mesh::Axis::Tp);
   axes.sequence_parallel = l.sequence_parallel;
@@ -90,6 +95,11 @@ inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& con
   options.schedule = l.schedule;
   options.chunks = l.chunks;
   options.zero = l.zero;
+  if (l.cp > 1) {
+    axes.cp = &mesh.group(mesh::Axis::Cp);
+    axes.cp_split = l.cp_split;
+    options.row_replicas = &mesh.group("dp x ep");
+  }
   pp::PipelineTrainer trainer(config, mesh.group(mesh::Axis::Pp), options, nullptr,
                               &mesh.group("dp x cp x ep"),
                               std::make_unique<fourd::MeshStages>(config, axes));

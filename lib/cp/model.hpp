@@ -17,17 +17,31 @@
 
 namespace tinyscale::cp {
 
+/// The positions of each row rank `rank` of `size` holds (chunks_of), for the forward context.
+/// seq_len must cut into chunk_count(size, split) equal chunks (checked, naming the fix).
+nn::SequenceChunks sequence_chunks(int rank, int size, Split split, std::int64_t seq_len);
+
+/// Collective over `cp`: the whole rows' mean loss, the same on every rank, from this rank's sum
+/// of the loss over its positions: the sums added over cp (Megatron's g operator: sum forward,
+/// identity backward, so each rank's backward sees only its own share), divided by `tokens`, the
+/// whole rows' count.
+Tensor whole_rows_mean(comm::Communicator& cp, const Tensor& local_sum, std::int64_t tokens);
+
 /// The ring attention of a cp group as the attention every block uses (nn::AttentionCore).
 class RingAttentionCore final : public nn::AttentionCore {
 public:
   RingAttentionCore(comm::Communicator& cp, Split split) : cp_(&cp), split_(split) {}
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v) const override {
-    return ring_attention(q, k, v, *cp_, split_);
+    return ring_attention(q, k, v, *cp_, split_, &work_);
   }
+  /// The pairs this rank's forward passes scored since the last reset (a counter, not state).
+  const RingWork& work() const { return work_; }
+  void reset_work() const { work_ = RingWork{}; }
 
 private:
   comm::Communicator* cp_;
   Split split_;
+  mutable RingWork work_;
 };
 
 /// GPT over a cp group: this rank's positions of every sequence of train.seq_len positions.
@@ -42,7 +56,8 @@ public:
   /// ids [B, seq_len] (the whole rows) -> this rank's positions of the residual stream
   /// [B, T_local, C]: embedded whole (so wpe and dropout see the true positions), then cut.
   Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const override;
-  /// GPT's block with the ring as its attention and dropout at this rank's positions.
+  /// GPT's block with the ring as its attention and dropout at this rank's positions. The ring's
+  /// messages count under region "block" (comm/counting.hpp).
   nn::FeedForwardOutput block(int layer, const Tensor& x,
                               const nn::ForwardContext& ctx) const override;
   Tensor head(const Tensor& x) const override { return gpt_.head(x); }
@@ -50,6 +65,10 @@ public:
   /// this rank's logits [B, T_local, V] and the whole rows' targets [B, seq_len]. Every target
   /// counts (the training and validation data have no padding).
   Tensor lm_loss(const Tensor& logits, const Tensor& targets) const override;
+  /// The ring's attention work on this rank (`bench cp`).
+  const RingAttentionCore& ring() const { return ring_; }
+  /// The positions of each row this rank holds.
+  const nn::SequenceChunks& chunks() const { return chunks_; }
 
 private:
   nn::GPT gpt_;

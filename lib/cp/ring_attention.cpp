@@ -57,7 +57,7 @@ struct Ring {
 
 // The forward ring, without autograd: this rank's output and every row's lse over all its keys.
 AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                            comm::Communicator& cp, Split split) {
+                            comm::Communicator& cp, Split split, RingWork* work) {
   const Ring ring(cp);
   const std::vector<int> mine = chunks_of(ring.rank, ring.n, split);
   const std::int64_t batch = q.size(0);
@@ -79,9 +79,14 @@ AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                               values = pieces(slice(held, 0, batch, 2 * batch), theirs.size());
     for (std::size_t i = 0; i < mine.size(); ++i)
       for (std::size_t j = 0; j < theirs.size(); ++j)
-        if (theirs[j] <= mine[i]) // causal: a query chunk sees the chunks up to its own
-          merge(acc[i], attention_block_forward(queries[i], keys[j], values[j],
-                                                /*diagonal=*/theirs[j] == mine[i]));
+        if (theirs[j] <= mine[i]) { // causal: a query chunk sees the chunks up to its own
+          const bool diagonal = theirs[j] == mine[i];
+          merge(acc[i], attention_block_forward(queries[i], keys[j], values[j], diagonal));
+          if (work != nullptr) {
+            const std::int64_t c = queries[i].size(2);
+            work->pairs += diagonal ? c * (c + 1) / 2 : c * c;
+          }
+        }
     if (more) {
       received->wait();
       sent->wait();
@@ -184,7 +189,7 @@ std::int64_t causal_pairs(int rank, int size, Split split, std::int64_t seq_len)
 }
 
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, comm::Communicator& cp,
-                      Split split) {
+                      Split split, RingWork* work) {
   check_floating(q, "cp::ring_attention", "q");
   check_same_dtype_device(q, k, "cp::ring_attention");
   check_same_dtype_device(q, v, "cp::ring_attention");
@@ -199,7 +204,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, comm::C
   AttentionBlock result;
   {
     NoGradGuard no_grad; // the node is recorded below, once, with its own backward
-    result = ring_forward(q.detach(), k.detach(), v.detach(), cp, split);
+    result = ring_forward(q.detach(), k.detach(), v.detach(), cp, split, work);
   }
   // The backward counts its traffic under the forward's region (comm/counting.hpp).
   auto backward = [&cp, region = comm::counting_region(cp), q = q.detach(), k = k.detach(),

@@ -46,14 +46,20 @@ Tensor shard_sequence(const Tensor& x, int axis, int rank, int size, Split split
 /// attention work it does (the diagonal blocks count their visible half, diagonal included).
 std::int64_t causal_pairs(int rank, int size, Split split, std::int64_t seq_len);
 
+/// The attention work a rank did, counted as it runs: query-key pairs scored per (row, head) by
+/// the forward passes since the last reset (`bench cp` compares it with causal_pairs).
+struct RingWork {
+  std::int64_t pairs = 0;
+};
+
 /// Causal softmax(q k^T / sqrt(D)) v for this rank's query positions against the keys of every
 /// position before them, on every rank. q, k, v [B, H, T_local, D] hold this rank's positions
 /// (shard_sequence's order); returns [B, H, T_local, D]. Collective over `cp` in the forward and
 /// in the backward (one autograd node, "cp.ring_attention"). Each rank sends N-1 messages of
 /// 2·B·H·T_local·D values forward (k and v), and backward N-1 of 4·B·H·T_local·D (k, v and their
 /// gradients so far) and a last one of 2·B·H·T_local·D (the gradients going home). With one rank
-/// it is scaled_dot_product_attention.
+/// it is scaled_dot_product_attention. When `work` is given, the forward adds its pairs to it.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, comm::Communicator& cp,
-                      Split split = Split::LoadBalanced);
+                      Split split = Split::LoadBalanced, RingWork* work = nullptr);
 
 } // namespace tinyscale::cp

@@ -5,6 +5,7 @@
 
 #include "comm/tensor_comm.hpp"
 #include "cp/run.hpp"
+#include "cp/trainer.hpp"
 #include "dp/run.hpp"
 #include "ep/run.hpp"
 #include "ep/trainer.hpp"
@@ -36,15 +37,13 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
            plan.pp);
   TS_CHECK(plan.cp > 1 || plan.cp_split == "load-balanced", "train: --cp-split cuts the ",
            "sequence over context-parallel ranks; it needs --cp 2 or more, found --cp ", plan.cp);
-  TS_CHECK(plan.cp == 1 || (plan.tp == 1 && plan.pp == 1 && plan.ep == 1 && plan.zero == 0 &&
-                            !plan.composed() && trace_path.empty()),
-           "train: --cp runs with --dp only in this version (context parallelism is not yet ",
-           "composed with --tp, --pp, --ep, --zero, --order or --topology, nor traced); leave ",
-           "those out, or --cp");
+  TS_CHECK(plan.cp == 1 || (plan.ep == 1 && !plan.sequence_parallel && trace_path.empty()),
+           "train: --cp composes with --dp, --tp, --pp, --zero 1, --order and --topology in this ",
+           "version, not yet with --ep, --sp or --trace; leave those out, or --cp");
   if (plan.composed()) {
     TS_CHECK(plan.zero <= 1, "train: --zero ", plan.zero, " in a composed run (--tp, --pp, --ep, ",
-             "--order or --topology): this version composes ZeRO stage 1 only (stages 2 and 3 ",
-             "run over --dp alone, chapter 07); use --zero 1");
+             "--cp, --order or --topology): this version composes ZeRO stage 1 only (stages 2 ",
+             "and 3 run over --dp alone, chapter 07); use --zero 1");
     TS_CHECK(plan.pp_blocks != "measured", "train: --pp-blocks measured times the layers of one ",
              "rank's whole model, not of a composed run's shards; give the cut by hand (e.g. ",
              "--pp-blocks 3,2) or leave it out for an even one");
@@ -62,7 +61,7 @@ class ComposedRun final : public train::TrainerRun<pp::PipelineTrainer> {
 public:
   ComposedRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
               comm::Communicator& world, std::string trace_path)
-      : plan_(plan), world_(&world), mesh_(world, plan.mesh_layout()),
+      : plan_(plan), world_(&world), mesh_(world, plan.mesh_layout(), row_replica_groups(plan)),
         trace_path_(std::move(trace_path)) {
     MeshAxes axes;
     axes.tp = &mesh_.group(mesh::Axis::Tp);
@@ -73,12 +72,18 @@ public:
       axes.placement = ep::parse_placement(plan.ep_placement);
       axes.capacity = ep::parse_capacity_scope(plan.ep_capacity);
     }
+    pp::PipelineOptions options = pp::pipeline_options(plan);
+    if (plan.cp > 1) {
+      axes.cp = &mesh_.group(mesh::Axis::Cp);
+      axes.cp_split = cp::parse_split(plan.cp_split);
+      options.row_replicas = &mesh_.group("dp x ep"); // cp ranks share rows: not replicas
+    }
     auto model = std::make_unique<MeshStages>(config, axes);
     trace_ = metrics::make_trace_recorder(world, trace_path_);
     // one stage runs 1F1B: plain gradient accumulation, one micro-batch's activations at a time
-    trainer_ = std::make_unique<pp::PipelineTrainer>(
-        config, mesh_.group(mesh::Axis::Pp), pp::pipeline_options(plan), trace_.get(),
-        &mesh_.group("dp x cp x ep"), std::move(model));
+    trainer_ = std::make_unique<pp::PipelineTrainer>(config, mesh_.group(mesh::Axis::Pp), options,
+                                                     trace_.get(), &mesh_.group("dp x cp x ep"),
+                                                     std::move(model));
   }
 
   train::StepResult train_step() override {
@@ -92,12 +97,12 @@ public:
     const mesh::MeshLayout& layout = mesh_.layout();
     char buf[500];
     std::snprintf(buf, sizeof buf,
-                  "composed: %s, %s | dp %d (ep %d inside) x tp %d%s x pp %d (%s) | zero %d | "
+                  "composed: %s, %s | dp %d (ep %d inside) x tp %d%s x pp %d (%s)%s | zero %d | "
                   "%lld micro-batches of %lld rows per pipeline | stages %s",
                   layout.describe().c_str(), world_->backend(), plan_.dp, plan_.ep, plan_.tp,
                   plan_.sequence_parallel ? " with sp" : "", plan_.pp,
                   plan_.pp > 1 ? plan_.schedule.c_str() : "one stage, micro-batches in turn",
-                  plan_.zero, static_cast<long long>(t.micro_batches),
+                  cp_text().c_str(), plan_.zero, static_cast<long long>(t.micro_batches),
                   static_cast<long long>(t.batch_size / (plan_.dp * t.micro_batches)),
                   trainer_->partition().describe().c_str());
     std::string out = buf;
@@ -117,6 +122,7 @@ public:
                     {"tp", plan_.tp},
                     {"pp", plan_.pp},
                     {"ep", plan_.ep},
+                    {"cp", plan_.cp},
                     {"zero", plan_.zero},
                     {"sp", plan_.sequence_parallel},
                     {"optimizer_bytes_rank0", state_}};
@@ -136,22 +142,40 @@ public:
                                       static_cast<double>(c[mesh::Axis::Ep]),
                                       static_cast<double>(c[mesh::Axis::Tp]),
                                       static_cast<double>(c[mesh::Axis::Pp]),
+                                      static_cast<double>(c[mesh::Axis::Cp]),
                                       static_cast<double>(trained),
                                       static_cast<double>(trainer_->optimizer_state_bytes())};
     const std::vector<double> all = comm::all_gather_values(*world_, mine);
     if (world_->rank() != 0) return;
+    const bool cp = plan_.cp > 1; // a cp column only where there is a cp axis
     std::printf("what each rank trains and holds (whole model: %lld elements; AdamW in fp32: 8 "
-                "bytes per element it updates):\n| rank | dp | ep | tp | pp | elements trained | "
-                "AdamW state KiB |\n|---|---|---|---|---|---|---|\n",
-                static_cast<long long>(parameter_count()));
+                "bytes per element it updates):\n| rank | dp | ep | tp | pp |%s elements trained "
+                "| AdamW state KiB |\n|---|---|---|---|---|%s---|---|\n",
+                static_cast<long long>(parameter_count()), cp ? " cp |" : "", cp ? "---|" : "");
     for (int r = 0; r < world_->size(); ++r) {
       const double* v = all.data() + static_cast<std::size_t>(r) * mine.size();
-      std::printf("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f |\n", r, v[0], v[1], v[2], v[3],
-                  v[4], v[5] / 1024.0);
+      char cp_cell[32] = "";
+      if (cp) std::snprintf(cp_cell, sizeof cp_cell, " %.0f |", v[4]);
+      std::printf("| %d | %.0f | %.0f | %.0f | %.0f |%s %.0f | %.1f |\n", r, v[0], v[1], v[2], v[3],
+                  cp_cell, v[5], v[6] / 1024.0);
     }
   }
 
 private:
+  // With cp, the ranks that run other rows ("dp x ep") are a group of their own.
+  static std::vector<mesh::AxisSet> row_replica_groups(const mesh::ParallelPlan& plan) {
+    if (plan.cp == 1) return {};
+    return {mesh::parse_axis_set("dp x ep")};
+  }
+
+  std::string cp_text() const {
+    if (plan_.cp == 1) return "";
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " x cp %d (%s, ring attention)", plan_.cp,
+                  plan_.cp_split.c_str());
+    return buf;
+  }
+
   mesh::ParallelPlan plan_;
   comm::Communicator* world_;
   mesh::Mesh mesh_;

@@ -44,24 +44,44 @@ MeshStages::MeshStages(const io::RunConfig& config, MeshAxes axes)
   if (axes.ep != nullptr)
     ep_shards_.emplace(
         *axes.ep, ep::ExpertPlacement(config.model.moe.n_experts, axes.ep->size(), axes.placement));
+  if (axes.cp != nullptr) {
+    TS_CHECK(!axes.sequence_parallel, "MeshStages: sequence parallelism inside a context-",
+             "parallel rank's chunks is not composed in this version; leave out --sp or --cp");
+    ring_.emplace(*axes.cp, axes.cp_split);
+    chunks_ =
+        cp::sequence_chunks(axes.cp->rank(), axes.cp->size(), axes.cp_split, config.train.seq_len);
+  }
 }
 
 MeshStages::~MeshStages() = default;
 
+// With cp: embedded whole (wpe and dropout see the true positions), then cut (cp::CpGPT's way).
 Tensor MeshStages::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
-  return model_.embed(ids, ctx);
+  const Tensor x = model_.embed(ids, ctx);
+  if (!ring_) return x;
+  return cp::shard_sequence(x, 1, axes_.cp->rank(), axes_.cp->size(), axes_.cp_split);
 }
 
 nn::FeedForwardOutput MeshStages::block(int layer, const Tensor& x,
                                         const nn::ForwardContext& ctx) const {
-  return model_.block(layer, x, ctx);
+  if (!ring_) return model_.block(layer, x, ctx);
+  nn::ForwardContext here = ctx;
+  here.attention = &*ring_;
+  here.chunks = &chunks_;
+  return model_.block(layer, x, here);
 }
 
+// With cp: this rank's positions' mean, times their count, summed over cp, over the whole rows.
 Tensor MeshStages::loss(const Tensor& x, const Tensor& targets) const {
-  return model_.head_loss(x, targets);
+  if (!ring_) return model_.head_loss(x, targets);
+  const Tensor mine =
+      cp::shard_sequence(targets, 1, axes_.cp->rank(), axes_.cp->size(), axes_.cp_split);
+  const Tensor local_sum = model_.head_loss(x, mine) * static_cast<double>(mine.numel());
+  return cp::whole_rows_mean(*axes_.cp, local_sum, targets.numel());
 }
 
 std::int64_t MeshStages::positions(std::int64_t seq_len) const {
+  if (ring_) seq_len /= axes_.cp->size();
   return axes_.sequence_parallel ? seq_len / axes_.tp->size() : seq_len;
 }
 

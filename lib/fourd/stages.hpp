@@ -2,10 +2,12 @@
 // each expert split over tp, cut into stages by chapter 06's executor. The easy thing to get
 // wrong: the norm. A tp-replicated parameter (LayerNorm, wpe, router, row-parallel bias) counts
 // on one tp rank, a dense one on one ep rank (unless ZeRO-1 sliced it), shards and experts on
-// every rank; and experts' gradients are summed over dp x cp, not dp x cp x ep.
+// every rank; and experts' gradients are summed over dp x cp, not dp x cp x ep. With context
+// parallelism (chapter 14) each rank holds its chunks of every row, as cp::CpGPT does.
 #pragma once
 
 #include "comm/communicator.hpp"
+#include "cp/model.hpp"
 #include "ep/capacity.hpp"
 #include "ep/load.hpp"
 #include "ep/placement.hpp"
@@ -33,6 +35,10 @@ struct MeshAxes {
   /// For tests only: sum the experts' gradients over the pipeline's data-parallel group
   /// (dp x cp x ep) like every other gradient, the mistake of the negative control.
   bool experts_over_dense_group = false;
+  /// The cp group (null: no context parallelism, chapter 14): every sequence cut over it, the
+  /// ring as each block's attention (over this rank's tp heads), the loss summed over it.
+  comm::Communicator* cp = nullptr;
+  cp::Split cp_split = cp::Split::LoadBalanced;
 };
 
 using ep::is_expert_parameter; // chapter 08's: h.N.mlp.experts.e.*
@@ -73,6 +79,8 @@ private:
   tp::TpGPT model_;
   tp::TpShardMap tp_shards_;                    // where tp puts each parameter (checkpoints)
   std::optional<ep::ExpertShardMap> ep_shards_; // and ep each expert (with ep only)
+  std::optional<cp::RingAttentionCore> ring_;   // with cp only: the blocks' attention
+  nn::SequenceChunks chunks_;                   // and this rank's positions of each row
 };
 
 } // namespace tinyscale::fourd

@@ -7,7 +7,7 @@
 namespace tinyscale::mesh {
 
 bool ParallelPlan::composed() const {
-  const int axes = (tp > 1) + (pp > 1) + (ep > 1) + (zero > 0);
+  const int axes = (tp > 1) + (pp > 1) + (ep > 1) + (cp > 1) + (zero > 0);
   return compose || axes > 1 || order != kDefaultOrder || !topology.empty();
 }
 

@@ -39,8 +39,8 @@ struct ParallelPlan {
   /// layout the way the composed runs train).
   bool compose = false;
 
-  /// Whether this needs chapter 10's composition: more than one of tp, pp, ep and zero, or an
-  /// explicit rank order or topology. The single-axis runs keep their own chapters' trainers.
+  /// Whether this needs chapter 10's composition: more than one of tp, pp, ep, cp and zero, or
+  /// an explicit rank order or topology. The single-axis runs keep their own chapters' trainers.
   bool composed() const;
   /// The data-parallel ranks of a world of `world` ranks: dp when given, else
   /// world / (tp x pp x cp).

@@ -55,7 +55,9 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
                                  comm::Communicator* data_parallel,
                                  std::unique_ptr<StageModel> model)
     : trainer_((check_pipeline_layout(config, group.size(), options,
-                                      data_parallel != nullptr ? data_parallel->size() : 1),
+                                      options.row_replicas != nullptr ? options.row_replicas->size()
+                                      : data_parallel != nullptr      ? data_parallel->size()
+                                                                      : 1),
                 std::move(config)),
                {}, train::OptimizerOwner::Caller),
       model_(model != nullptr ? std::move(model) : std::make_unique<GptStages>(trainer_.model())),
@@ -67,8 +69,9 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
       trace_(trace) {
   // A stage model of its own (a composed run's) lives where the trainer's does.
   nn::to_device(model_->parameters(), trainer_.device());
-  const std::int64_t d = data_parallel_ != nullptr ? data_parallel_->rank() : 0;
-  const std::int64_t D = data_parallel_ != nullptr ? data_parallel_->size() : 1;
+  const comm::Communicator* rows_group = row_replicas();
+  const std::int64_t d = rows_group != nullptr ? rows_group->rank() : 0;
+  const std::int64_t D = rows_group != nullptr ? rows_group->size() : 1;
   const train::TrainConfig& t = trainer_.config().train;
   rows_ = t.batch_size / (D * t.micro_batches);
   data_parallel_rank_ = static_cast<int>(d);

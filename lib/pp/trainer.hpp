@@ -39,6 +39,11 @@ struct PipelineOptions {
   /// zero/sharded_dp.hpp, reducing after backward; chapter 10); 0: every rank holds its stages'
   /// whole state.
   int zero = 0;
+  /// The ranks that run other rows of the batch, whose losses add up; null: the data-parallel
+  /// group. A composed run with context parallelism (chapter 14) passes its "dp x ep" here: its
+  /// cp ranks run the same rows (their positions), so they share the rows and the loss but
+  /// still sum their gradients over the data-parallel group "dp x cp x ep".
+  comm::Communicator* row_replicas = nullptr;
 };
 
 /// Throws, before any work, unless `config` can run as a pipeline of `stages` ranks inside
@@ -170,6 +175,10 @@ private:
   comm::Communicator* group_;
   comm::Communicator* data_parallel_ = nullptr; ///< null: one pipeline
   PipelineOptions options_;
+  /// The pipelines that run other rows: options_.row_replicas, else the data-parallel group.
+  comm::Communicator* row_replicas() const {
+    return options_.row_replicas != nullptr ? options_.row_replicas : data_parallel_;
+  }
   Schedule schedule_;
   Partition partition_;
   LayerCosts layer_costs_;

@@ -39,13 +39,14 @@ void PipelineTrainer::finish_step(train::StepResult& r,
   }
   reduce_over_data_parallel();
   // losses (the last stage has the cross-entropy, every stage its own aux and z terms) and the
-  // MoE statistics of every layer, from its stage, summed over pp and then the pipelines
+  // MoE statistics of every layer, from its stage, summed over pp and then the pipelines that
+  // run other rows
   const nn::ModelConfig& model = trainer_.config().model;
   const std::vector<double> figures = train::step_sums(r, model);
   Tensor sums = Tensor::from_vector(figures, Shape({static_cast<std::int64_t>(figures.size())}),
                                     DType::Float64);
   comm::all_reduce(*group_, sums);
-  if (data_parallel_ != nullptr) comm::all_reduce(*data_parallel_, sums);
+  if (row_replicas() != nullptr) comm::all_reduce(*row_replicas(), sums);
   train::set_step_sums(r, sums.to_vector(), model);
   r.loss = r.lm_loss + r.aux_loss + r.z_loss;
   r.grad_norm = global_grad_norm();

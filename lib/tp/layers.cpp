@@ -1,5 +1,6 @@
 #include "tp/layers.hpp"
 
+#include "core/error.hpp"
 #include "core/rng.hpp"
 #include "nn/layers.hpp"
 #include "ops/ops.hpp"
@@ -62,27 +63,16 @@ Tensor RowParallelLinear::forward(const Tensor& x, const TpContext& tp, bool ide
   return bias.defined() ? y + cast(bias, y.dtype()) : y;
 }
 
-Tensor sequence_dropout(const Tensor& x, double p, const nn::ForwardContext& ctx,
-                        const std::string& name, std::int64_t seq_len, std::int64_t seq_start) {
-  if (!ctx.training || p <= 0) return x;
-  const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  const DropoutRng base = ctx.dropout_rng(name, seq_len * C); // offset of this call's first row
-  if (T == seq_len) return dropout(x, p, base);
-  // Row b's shard starts at element (b * seq_len + seq_start) * C of the single-rank mask.
-  std::vector<Tensor> rows;
-  for (std::int64_t b = 0; b < B; ++b) {
-    DropoutRng rng = base;
-    rng.offset += static_cast<std::uint64_t>((b * seq_len + seq_start) * C);
-    rows.push_back(dropout(slice(x, 0, b, b + 1), p, rng));
-  }
-  return concat(rows, 0);
-}
-
 Tensor residual_dropout(const Tensor& x, double p, const nn::ForwardContext& ctx,
                         const std::string& name, const TpContext& tp) {
-  const std::int64_t T = x.size(1);
-  return tp.sequence_parallel ? sequence_dropout(x, p, ctx, name, T * tp.size(), T * tp.rank())
-                              : sequence_dropout(x, p, ctx, name, T, 0);
+  if (!tp.sequence_parallel) return ctx.dropout(x, p, name);
+  TS_CHECK(ctx.chunks == nullptr, "tp::residual_dropout: sequence parallelism over a context-",
+           "parallel rank's chunks is not composed in this version; leave out --sp or --cp");
+  const std::int64_t T = x.size(1); // this rank's positions T r .. T (r + 1) of rows of T t
+  const nn::SequenceChunks mine{T * tp.size(), T, {T * tp.rank()}};
+  nn::ForwardContext here = ctx;
+  here.chunks = &mine;
+  return here.dropout(x, p, name);
 }
 
 } // namespace tinyscale::tp

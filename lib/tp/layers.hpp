@@ -73,15 +73,11 @@ struct RowParallelLinear {
   Tensor forward(const Tensor& x, const TpContext& tp, bool identity_exit = false) const;
 };
 
-/// Dropout on activations [B, T_shard, C] that hold positions [seq_start, seq_start + T_shard)
-/// of sequences of `seq_len`: drops exactly the elements the single-rank model drops at those
-/// positions (the mask is a function of the element's place in the global batch, nn/context.hpp).
-/// Without sequence parallelism (T_shard = seq_len, seq_start = 0) it is ordinary dropout.
-Tensor sequence_dropout(const Tensor& x, double p, const nn::ForwardContext& ctx,
-                        const std::string& name, std::int64_t seq_len, std::int64_t seq_start);
-
-/// Dropout on the residual stream's layout: sequence_dropout with the positions this rank holds
-/// ([B, T/t, C] at r T/t under sequence parallelism, the whole [B, T, C] otherwise).
+/// Dropout on the residual stream's layout, dropping exactly the elements the single-rank model
+/// drops at the positions this rank holds (ForwardContext::dropout: the mask is a function of
+/// the element's place in the global batch): under sequence parallelism [B, T/t, C], positions
+/// r T/t .. (r+1) T/t of each row; otherwise the positions the context names (every position,
+/// or a context-parallel rank's chunks).
 Tensor residual_dropout(const Tensor& x, double p, const nn::ForwardContext& ctx,
                         const std::string& name, const TpContext& tp);
 

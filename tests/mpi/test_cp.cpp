@@ -1,8 +1,9 @@
 // Context parallelism (lib/cp) under mpirun -np 4 (label mpi): the comparisons of
 // tests/parallel/test_ring_attention.cpp and test_cp_equivalence.cpp with real processes. cp = 4
 // uses the world; cp = 2 runs on the two halves of the world side by side; dp 2 x cp 2 on the
-// mesh's groups.
+// mesh's groups; tp 2 x cp 2 and pp 2 x cp 2 as chapter 10's composed run.
 #include "cp_equivalence.hpp"
+#include "fourd_equivalence.hpp"
 #include "mpi_world.hpp"
 
 #include <catch2/catch.hpp>
@@ -43,6 +44,21 @@ TEST_CASE("mpi: context-parallel training on 4 processes equals one rank: cp 4 a
     INFO("rank " << world->rank() << ": worst relative error "
                  << test::worst_error(want.run, got.run));
     CHECK(test::compare_cp(want, got, 1e-5) == "");
+  }
+  world->barrier();
+}
+
+TEST_CASE("mpi: context parallelism composed on 4 processes equals one rank: tp 2 x cp 2 and pp 2 "
+          "x cp 2 (chapter 10's run with the ring), dropout on, 3 steps (float32 1e-5)",
+          "[cp]") {
+  auto world = test::mpi_world(std::chrono::seconds(60));
+  REQUIRE(world->size() == 4);
+  const io::RunConfig config = test::fourd_run_config(1, 2, false);
+  const test::FourdReference want = test::fourd_reference(config, 1);
+  for (const test::FourdLayout& layout :
+       {test::FourdLayout{.tp = 2, .cp = 2}, test::FourdLayout{.pp = 2, .cp = 2}}) {
+    INFO("tp " << layout.tp << " x pp " << layout.pp << " x cp 2, rank " << world->rank());
+    CHECK(test::compare_fourd(want, test::fourd_run(*world, config, layout), 1e-5) == "");
   }
   world->barrier();
 }

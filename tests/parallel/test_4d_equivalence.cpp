@@ -2,48 +2,15 @@
 // ep inside dp, or with ZeRO-1, in several rank orders and schedules, equals one rank
 // (tests/fourd_equivalence.hpp); the comparison notices experts' gradients summed over the wrong
 // group; layouts that cannot run are refused before any work.
-#include "fourd_equivalence.hpp"
+#include "fourd_threads.hpp"
 #include "host_traffic.hpp"
 
-#include "comm/launch.hpp"
-#include "rank_checks.hpp"
 #include "require_ts_error.hpp"
 
 #include <catch2/catch.hpp>
 
 using namespace tinyscale;
 using namespace tinyscale::test;
-
-namespace {
-
-constexpr double kTolerance = 1e-5;
-
-// Every rank's record of the composed run on dp x tp x pp threads.
-std::vector<FourdRecord> threads_fourd_run(const io::RunConfig& config, const FourdLayout& l) {
-  const int world_size = l.dp * l.tp * l.pp;
-  std::vector<FourdRecord> records(static_cast<std::size_t>(world_size));
-  comm::run_threads(
-      world_size,
-      [&](comm::Communicator& world) {
-        records[static_cast<std::size_t>(world.rank())] = fourd_run(world, config, l);
-      },
-      comm::testing::test_options(std::chrono::seconds(60)));
-  return records;
-}
-
-// "" when every rank equals one rank, else the first rank's difference.
-std::string fourd_difference(const io::RunConfig& config, const FourdLayout& l) {
-  const bool pooled = l.capacity == ep::CapacityScope::Global;
-  const FourdReference want = fourd_reference(config, pooled ? l.dp / l.ep : l.dp);
-  const std::vector<FourdRecord> got = threads_fourd_run(config, l);
-  for (std::size_t r = 0; r < got.size(); ++r) {
-    const std::string d = compare_fourd(want, got[r], kTolerance);
-    if (!d.empty()) return "rank " + std::to_string(r) + ": " + d;
-  }
-  return "";
-}
-
-} // namespace
 
 TEST_CASE("dp2 x tp2 x pp2 with the MoE model and ep2 equals one rank after 3 steps",
           "[4d][ex10.2]") {

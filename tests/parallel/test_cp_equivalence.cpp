@@ -1,11 +1,14 @@
 // Context-parallel training (lib/cp) on threads equals one rank: cp 2 and 4, load-balanced and
 // contiguous, and dp 2 x cp 2, with dropout on (its masks must follow each rank's positions),
 // after 3 AdamW steps: losses, gradient norms, every gradient after step 1, every parameter after
-// step 3 and the validation loss; float64 to 1e-10 and float32 to 1e-5. Then the front door:
-// `train --cp` through fourd::make_run, and its refusals.
+// step 3 and the validation loss; float64 to 1e-10 and float32 to 1e-5. Composed with tensor and
+// pipeline parallelism and ZeRO-1 (chapter 10's run, tests/fourd_equivalence.hpp): every rank's
+// losses, norms and the parameters it trains after 3 steps. Then the front door: `train --cp`
+// through fourd::make_run, and its refusals.
 #include "comm/launch.hpp"
 #include "cp_equivalence.hpp"
 #include "fourd/run.hpp"
+#include "fourd_threads.hpp"
 #include "rank_checks.hpp"
 #include "require_ts_error.hpp"
 
@@ -56,6 +59,30 @@ TEST_CASE("Context-parallel training equals one rank: cp 2 and 4 load-balanced a
   }
 }
 
+// tp2 x cp2, pp2 x cp2, dp2 x pp2 x cp2 with ZeRO-1, tp2 x pp2 x cp2 contiguous.
+TEST_CASE("Context parallelism composed with tp, pp, dp and ZeRO-1 equals one rank (float32 1e-5)",
+          "[parallel][cp]") {
+  const io::RunConfig one = fourd_run_config(1, 2, false), two = fourd_run_config(2, 2, false);
+  CHECK(fourd_difference(one, {.tp = 2, .cp = 2}) == "");
+  CHECK(fourd_difference(one, {.pp = 2, .cp = 2}) == "");
+  CHECK(fourd_difference(two, {.dp = 2, .pp = 2, .zero = 1, .cp = 2}) == "");
+  CHECK(fourd_difference(one, {.tp = 2,
+                               .pp = 2,
+                               .order = "cp-tp-dp-pp",
+                               .schedule = pp::ScheduleKind::GPipe,
+                               .cp = 2,
+                               .cp_split = cp::Split::Contiguous}) == "");
+}
+
+TEST_CASE("Context parallelism composed, float64 with biases: tp2 x pp2 x cp2 and dp2 x tp2 x cp2 "
+          "with ZeRO-1 equal one rank to 1e-10",
+          "[parallel][cp]") {
+  CHECK(fourd_difference(fourd_run_config(1, 2, false, DType::Float64), {.tp = 2, .pp = 2, .cp = 2},
+                         1e-10) == "");
+  CHECK(fourd_difference(fourd_run_config(2, 2, false, DType::Float64),
+                         {.dp = 2, .tp = 2, .zero = 1, .cp = 2}, 1e-10) == "");
+}
+
 TEST_CASE("train --cp through make_run equals one rank, and check_plan refuses what cp cannot "
           "run yet, naming the flag and the fix",
           "[parallel][cp]") {
@@ -80,10 +107,36 @@ TEST_CASE("train --cp through make_run equals one rank, and check_plan refuses w
     CHECK(relative_error(val[r], want.val_loss) < 1e-5);
   }
 
-  mesh::ParallelPlan with_tp = plan;
-  with_tp.tp = 2;
-  REQUIRE_TS_ERROR(fourd::check_plan(with_tp.for_world(8), config),
-                   Contains("--cp runs with --dp only") && Contains("--tp"));
+  // --tp 2 --cp 2: chapter 10's composed run with the ring, the same model
+  mesh::ParallelPlan composed;
+  composed.tp = 2;
+  composed.cp = 2;
+  const CpRecord want_one = cp_reference(config, 1);
+  REQUIRE_NOTHROW(comm::run_threads(
+      composed.threads_world(),
+      [&](comm::Communicator& world) {
+        const std::unique_ptr<train::RankRun> run = fourd::make_run(composed, config, world);
+        for (int s = 0; s < config.train.steps; ++s) last[world.rank()] = run->train_step();
+        val[world.rank()] = run->evaluate();
+      },
+      comm::testing::test_options(std::chrono::seconds(60))));
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << " of tp 2 x cp 2");
+    CHECK(relative_error(last[r].loss, want_one.run.losses.back()) < 1e-5);
+    CHECK(relative_error(val[r], want_one.val_loss) < 1e-5);
+  }
+
+  mesh::ParallelPlan with_sp = plan;
+  with_sp.tp = 2;
+  with_sp.sequence_parallel = true;
+  REQUIRE_TS_ERROR(fourd::check_plan(with_sp.for_world(8), config),
+                   Contains("not yet with --ep, --sp or --trace"));
+  REQUIRE_TS_ERROR(fourd::check_plan(plan.for_world(4), config, "/tmp/trace.json"),
+                   Contains("not yet with --ep, --sp or --trace"));
+  mesh::ParallelPlan with_zero3 = plan;
+  with_zero3.zero = 3;
+  REQUIRE_TS_ERROR(fourd::check_plan(with_zero3.for_world(4), config),
+                   Contains("--zero 3 in a composed run") && Contains("--cp"));
   mesh::ParallelPlan odd = plan;
   odd.cp = 3;
   REQUIRE_TS_ERROR(fourd::check_plan(odd.for_world(6), config),
@@ -118,4 +171,13 @@ TEST_CASE("Context-parallel training on the emulated device (dp 1 x cp 2, load-b
     INFO("rank " << r << ": worst relative error " << worst_error(want.run, got[r].run));
     CHECK(compare_cp(want, got[r], 1e-5) == "");
   }
+}
+
+TEST_CASE("Context parallelism composed on the emulated device: tp2 x cp2 and pp2 x cp2 equal one "
+          "rank (float32 1e-5)",
+          "[parallel][cp][emu]") {
+  io::RunConfig config = fourd_run_config(1, 2, false);
+  config.train.device = "emu";
+  CHECK(fourd_difference(config, {.tp = 2, .cp = 2}) == "");
+  CHECK(fourd_difference(config, {.pp = 2, .cp = 2}) == "");
 }
