@@ -21,7 +21,7 @@ struct PlanOptions {
   int gpus = 0, top = 5, max_chunks = 4;
   std::int64_t batch = 0, seq = 0;
   double memory_gib = 0, kernel_tflops = 0, peak_tflops = 0;
-  std::vector<int> tp, pp, ep, zero, micro_batch;
+  std::vector<int> tp, pp, ep, cp, zero, micro_batch;
   std::vector<std::string> schedules, recompute;
   bool json = false;
 };
@@ -95,6 +95,7 @@ void run_plan(const PlanOptions& opt) {
   space.tp = opt.tp;
   space.pp = opt.pp;
   space.ep = opt.ep;
+  space.cp = opt.cp;
   space.zero = opt.zero;
   if (!opt.micro_batch.empty()) space.micro_batch_sizes = opt.micro_batch;
   for (const std::string& s : opt.schedules) space.schedules.push_back(pp::parse_schedule(s));
@@ -179,6 +180,10 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--tp", opt->tp, "Only these tp sizes (repeatable)")->check(positive);
   cmd->add_option("--pp", opt->pp, "Only these pp sizes (repeatable)")->check(positive);
   cmd->add_option("--ep", opt->ep, "Only these ep sizes (repeatable)")->check(positive);
+  cmd->add_option("--cp", opt->cp,
+                  "Only these cp sizes (repeatable; context parallelism, chapter 14). Default: "
+                  "every size on sequences of 8192 or more, else 1")
+      ->check(positive);
   cmd->add_option("--zero", opt->zero, "Only these ZeRO stages, 0 to 3 (repeatable)")
       ->check(CLI::Range(0, 3));
   cmd->add_option("--micro-batch", opt->micro_batch, "Micro-batch sizes to try (default 1 2 4 8)")

@@ -12,7 +12,7 @@ namespace tinyscale::plan {
 const char* recompute_name(Recompute r) { return r == Recompute::Full ? "full" : "none"; }
 
 mesh::MeshLayout PlanLayout::mesh() const {
-  return mesh::MeshLayout({.dp = dp, .tp = tp, .pp = pp, .ep = ep}, order);
+  return mesh::MeshLayout({.dp = dp, .tp = tp, .pp = pp, .ep = ep, .cp = cp}, order);
 }
 
 mesh::ParallelPlan PlanLayout::parallel_plan() const {
@@ -21,6 +21,7 @@ mesh::ParallelPlan PlanLayout::parallel_plan() const {
   p.tp = tp;
   p.pp = pp;
   p.ep = ep;
+  p.cp = cp;
   p.zero = zero;
   p.schedule = pp > 1 ? pp::schedule_name(schedule) : "1f1b";
   p.chunks = chunks;
@@ -39,6 +40,7 @@ std::string PlanLayout::schedule_text() const {
 std::string PlanLayout::describe() const {
   std::string text = detail::concat("tp ", tp, " pp ", pp, " dp ", dp);
   if (ep > 1) text += detail::concat(" ep ", ep);
+  if (cp > 1) text += detail::concat(" cp ", cp);
   text += detail::concat(" | b ", micro_batch, " m ", micro_batches);
   if (pp > 1) text += " | " + schedule_text();
   text += detail::concat(" | zero ", zero, " | recompute ", recompute_name(recompute));
@@ -52,6 +54,7 @@ std::string PlanLayout::spec() const {
   if (tp > 1) add(detail::concat("tp", tp));
   if (pp > 1) add(detail::concat("pp", pp));
   if (ep > 1) add(detail::concat("ep", ep));
+  if (cp > 1) add(detail::concat("cp", cp));
   if (micro_batches > 1 || pp > 1) add(detail::concat("m", micro_batches));
   if (pp > 1) add(pp::schedule_name(schedule));
   if (chunks > 1) add(detail::concat("v", chunks));
@@ -64,10 +67,11 @@ PlanLayout parse_layout_spec(const std::string& text) {
   PlanLayout layout;
   if (text == "1") return layout;
   const auto fail = [&](const std::string& token) {
-    return Error(detail::concat(
-        "layout '", text, "': expected tokens joined by ':' (dpN, tpN, ppN, epN, mN, vN, zeroN, ",
-        "gpipe, 1f1b, interleaved, zb-h1, recompute; \"1\" for one rank), found '", token,
-        "'; for example pp2:m4:1f1b"));
+    return Error(
+        detail::concat("layout '", text,
+                       "': expected tokens joined by ':' (dpN, tpN, ppN, epN, cpN, mN, vN, zeroN, ",
+                       "gpipe, 1f1b, interleaved, zb-h1, recompute; \"1\" for one rank), found '",
+                       token, "'; for example pp2:m4:1f1b"));
   };
   std::istringstream in(text);
   std::string token;
@@ -98,6 +102,7 @@ PlanLayout parse_layout_spec(const std::string& text) {
                 : name == "tp" ? &layout.tp
                 : name == "pp" ? &layout.pp
                 : name == "ep" ? &layout.ep
+                : name == "cp" ? &layout.cp
                 : name == "m"  ? &layout.micro_batches
                 : name == "v"  ? &layout.chunks
                                : nullptr;

@@ -22,6 +22,7 @@ const char* recompute_name(Recompute r);
 /// A layout: everything the cost model needs besides the model and the cluster.
 struct PlanLayout {
   int dp = 1, tp = 1, pp = 1, ep = 1;
+  int cp = 1;            ///< context parallelism (chapter 14): each sequence cut over cp ranks
   int zero = 0;          ///< ZeRO stage 0-3 over the data-parallel group
   int micro_batch = 1;   ///< b: sequences per micro-batch
   int micro_batches = 1; ///< m: micro-batches per step and pipeline
@@ -30,9 +31,9 @@ struct PlanLayout {
   Recompute recompute = Recompute::None;
   std::string order = mesh::kDefaultOrder; ///< rank order, innermost first
 
-  /// dp x tp x pp x ep.
-  int world() const { return dp * tp * pp * ep; }
-  /// dp x ep x b x m.
+  /// dp x tp x pp x ep x cp.
+  int world() const { return dp * tp * pp * ep * cp; }
+  /// dp x ep x b x m (the cp ranks of a group run the same sequences, their own positions).
   std::int64_t global_batch() const {
     return static_cast<std::int64_t>(dp) * ep * micro_batch * micro_batches;
   }
@@ -43,16 +44,17 @@ struct PlanLayout {
   mesh::ParallelPlan parallel_plan() const;
   /// "1f1b", "interleaved v2", or "-" when pp = 1 (no pipeline, no schedule to choose).
   std::string schedule_text() const;
-  /// "tp 8 pp 4 dp 8 | b 1 m 64 | interleaved v2 | zero 1 | recompute full".
+  /// "tp 8 pp 4 dp 8 | b 1 m 64 | interleaved v2 | zero 1 | recompute full" (" cp 4" after the
+  /// mesh sizes when cp > 1).
   std::string describe() const;
   /// The short form `bench plan --layouts` reads: "1" for one rank, else what differs from it,
-  /// joined by ':' in the order dp, tp, pp, ep, m, schedule, v, zero, recompute:
+  /// joined by ':' in the order dp, tp, pp, ep, cp, m, schedule, v, zero, recompute:
   /// "dp2:zero1", "pp2:m4:1f1b", "tp2:pp2:m4:interleaved:v2". The micro-batch size b is left
   /// out (the global batch sets it), and so is the rank order.
   std::string spec() const;
 };
 
-/// Parses spec()'s form (tokens in any order: dpN, tpN, ppN, epN, mN, vN, zeroN, a schedule
+/// Parses spec()'s form (tokens in any order: dpN, tpN, ppN, epN, cpN, mN, vN, zeroN, a schedule
 /// name, recompute); throws naming the token it cannot read. micro_batch is left at 1: set it
 /// from the batch. A pipeline without a schedule token gets 1F1B.
 PlanLayout parse_layout_spec(const std::string& text);

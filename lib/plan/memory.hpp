@@ -17,6 +17,14 @@ namespace tinyscale::plan {
 double activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp,
                                   Recompute recompute);
 
+/// The same for a rank of a cp group of `cp` ranks running chapter 14's ring attention: every
+/// tensor a layer keeps holds the rank's s/cp positions, and the ring keeps each row's logsumexp,
+/// not the s x s attention maps (FlashAttention's memory, Dao et al. 2022), so
+///  - Recompute::None: (s/cp) b h (10 + 24/t)
+///  - Recompute::Full: 2 (s/cp) b h
+double ring_activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp, int cp,
+                                       Recompute recompute);
+
 /// The training state and activations of one pipeline rank of a layout.
 struct RankMemory {
   double parameters = 0;  ///< parameters this device holds a copy or shard of (elements)

@@ -44,8 +44,10 @@ Link slowest_link(const mesh::MeshLayout& mesh, const mesh::Topology& topology,
 // (2 (p-1) (alpha + M/B)), is slowest where a send/recv is. The ring includes the hop from the
 // last stage back to the first, which only the interleaved schedule uses: a cautious price for
 // the others.
+// A cp ring hop carries a rank's k and v (2 activation / t); priced like pp, as the ring's
+// all-reduce of cp hops.
 struct GroupLinks {
-  Link tp, pp, ep, dp, expert_dp;
+  Link tp, pp, ep, dp, expert_dp, cp;
 };
 
 GroupLinks group_links(const PlanLayout& layout, const mesh::Topology& topology, double activation,
@@ -56,7 +58,8 @@ GroupLinks group_links(const PlanLayout& layout, const mesh::Topology& topology,
           slowest_link(mesh, topology, {Axis::Pp}, layout.pp * activation / layout.tp),
           slowest_link(mesh, topology, {Axis::Ep}, activation * top_k),
           slowest_link(mesh, topology, {Axis::Dp, Axis::Cp, Axis::Ep}, dense_bytes),
-          slowest_link(mesh, topology, {Axis::Dp, Axis::Cp}, expert_bytes)};
+          slowest_link(mesh, topology, {Axis::Dp, Axis::Cp}, expert_bytes),
+          slowest_link(mesh, topology, {Axis::Cp}, layout.cp * 2 * activation / layout.tp)};
 }
 
 // Seconds of the dp/ZeRO traffic of `psi` parameters over `ranks` ranks: chapter 07's traffic
@@ -80,11 +83,29 @@ double zero_seconds(int stage, double psi, int ranks, int micro_batches, double 
 struct StagePrice {
   double forward_compute = 0, backward_compute = 0, weight_compute = 0;
   double forward_tp = 0, backward_tp = 0, forward_ep = 0, backward_ep = 0;
+  double forward_cp = 0, backward_cp = 0;
   pp::StageCosts costs() const {
-    return {forward_compute + forward_tp + forward_ep, backward_compute + backward_tp + backward_ep,
-            weight_compute};
+    return {forward_compute + forward_tp + forward_ep + forward_cp,
+            backward_compute + backward_tp + backward_ep + backward_cp, weight_compute};
   }
 };
+
+// The exposed time of one layer's cp ring per micro-batch (chapter 14, cp::ring_attention).
+// Forward: cp - 1 hops of k and v (`hop` seconds each), each posted before the step's attention,
+// so only what outlasts the layer's attention core (4 b s^2 h / (t cp) FLOPs) shows. Backward:
+// cp - 1 hops of k, v and their gradients (`hop` x 2) and the last of the gradients home (`hop`),
+// each after the step's compute (tinyscale's backward ring does not overlap them).
+struct RingPrice {
+  double forward = 0, backward = 0;
+};
+
+RingPrice ring_price(const ModelShape& model, const PlanLayout& layout, double rate, double hop) {
+  if (layout.cp == 1) return {};
+  const double s = static_cast<double>(model.seq), h = static_cast<double>(model.hidden);
+  const double core = 4 * layout.micro_batch * s * s * h / (layout.tp * layout.cp) / rate;
+  const double n = layout.cp;
+  return {std::max(0.0, (n - 1) * hop - core), (n - 1) * 2 * hop + hop};
+}
 
 // Per virtual stage and micro-batch: layer matmuls (the backward is 2x the forward, split evenly
 // into input and weight gradients, and recompute adds one forward to the input half), the logit
@@ -94,11 +115,15 @@ struct StagePrice {
 // (Megatron's asynchronous tp all-reduce), so only what outlasts that GEMM, 6 b s h^2 / t and
 // 8 b s h^2 / t FLOPs (top_k times on a MoE layer), is exposed; under ZB-H1 the weight gradient
 // is deferred, and all of it is.
+// With cp every rank computes 1/cp of each layer (the balanced cut shares attention's triangle
+// too) and of the logits, and its tp all-reduces carry its s/cp positions.
 std::vector<StagePrice> stage_prices(const ModelShape& model, const PlanLayout& layout, double rate,
-                                     double tp_all_reduce, double ep_all_to_all) {
+                                     double tp_all_reduce, double ep_all_to_all,
+                                     const RingPrice& ring) {
   const int virtual_stages = layout.pp * layout.chunks;
   const int per_stage = model.layers / virtual_stages;
-  const double b = layout.micro_batch, t = layout.tp, s = static_cast<double>(model.seq);
+  const double b = layout.micro_batch, t = layout.tp, c = layout.cp;
+  const double s = static_cast<double>(model.seq) / c;
   const double h = static_cast<double>(model.hidden);
   const double redo = layout.recompute == Recompute::Full ? 1 : 0;
   const bool deferred_weights = layout.pp > 1 && layout.schedule == pp::ScheduleKind::ZeroBubbleH1;
@@ -111,7 +136,7 @@ std::vector<StagePrice> stage_prices(const ModelShape& model, const PlanLayout& 
     StagePrice& price = prices[static_cast<std::size_t>(vs)];
     for (int layer = vs * per_stage; layer < (vs + 1) * per_stage; ++layer) {
       const bool moe = model.experts > 0 && (layer + 1) % model.moe_every == 0;
-      const double f = layer_forward_flops(model, layer) * b / t / rate;
+      const double f = layer_forward_flops(model, layer) * b / t / c / rate;
       price.forward_compute += f;
       price.backward_compute += (1 + redo) * f;
       price.weight_compute += f;
@@ -122,9 +147,11 @@ std::vector<StagePrice> stage_prices(const ModelShape& model, const PlanLayout& 
         price.forward_ep += 2 * ep_all_to_all; // dispatch and combine
         price.backward_ep += (2 + 2 * redo) * ep_all_to_all;
       }
+      price.forward_cp += ring.forward;
+      price.backward_cp += redo * ring.forward + ring.backward;
     }
     if (vs == virtual_stages - 1) {
-      const double g = logit_forward_flops(model) * b / t / rate; // never recomputed
+      const double g = logit_forward_flops(model) * b / t / c / rate; // never recomputed
       price.forward_compute += g;
       price.backward_compute += g;
       price.weight_compute += g;
@@ -142,16 +169,21 @@ RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
   RankMemory out;
   out.parameters = params.dense + params.expert;
   out.state_bytes =
-      zero::state_bytes_formula(layout.zero, params.dense, layout.dp * layout.ep, constants)
+      zero::state_bytes_formula(layout.zero, params.dense, layout.dp * layout.ep * layout.cp,
+                                constants)
           .total() +
-      zero::state_bytes_formula(layout.zero, params.expert, layout.dp, constants).total();
+      zero::state_bytes_formula(layout.zero, params.expert, layout.dp * layout.cp, constants)
+          .total();
   const int layers = model.layers / layout.pp;
-  out.activation_bytes =
-      in_flight * layers *
-      activation_bytes_per_layer(model, layout.micro_batch, layout.tp, layout.recompute) * e / 2;
+  const auto per_layer = [&](Recompute recompute) {
+    return layout.cp > 1
+               ? ring_activation_bytes_per_layer(model, layout.micro_batch, layout.tp, layout.cp,
+                                                 recompute)
+               : activation_bytes_per_layer(model, layout.micro_batch, layout.tp, recompute);
+  };
+  out.activation_bytes = in_flight * layers * per_layer(layout.recompute) * e / 2;
   if (layout.recompute == Recompute::Full) // the backward rebuilds one whole layer at a time
-    out.activation_bytes +=
-        activation_bytes_per_layer(model, layout.micro_batch, layout.tp, Recompute::None) * e / 2;
+    out.activation_bytes += per_layer(Recompute::None) * e / 2;
   return out;
 }
 
@@ -184,7 +216,9 @@ Prediction predict(const ModelShape& model, const PlanLayout& layout, const Clus
   const Device& device = cluster.device;
   const int p = layout.pp, v = layout.chunks, m = layout.micro_batches;
   const double e = element_bytes(device);
-  const double activation = layout.micro_batch * static_cast<double>(model.seq * model.hidden) * e;
+  // b s h of this rank's positions: a tp all-reduce's buffer, a pp message before the tp split
+  const double activation =
+      layout.micro_batch * static_cast<double>(model.seq * model.hidden) * e / layout.cp;
   std::vector<RankParameters> params;
   double dense_bytes = 0, expert_bytes = 0; // the largest gradient buffer of any rank
   for (int r = 0; r < p; ++r) {
@@ -201,12 +235,16 @@ Prediction predict(const ModelShape& model, const PlanLayout& layout, const Clus
   out.pp_link = links.pp;
   out.ep_link = links.ep;
   out.dp_link = links.dp;
+  out.cp_link = links.cp;
   const Link& expert_dp_link = links.expert_dp;
 
   const std::vector<StagePrice> prices = stage_prices(
       model, layout, device.kernel_flops,
       collective_seconds(Collective::AllReduce, layout.tp, activation, out.tp_link),
-      collective_seconds(Collective::AllToAll, layout.ep, activation * model.top_k, out.ep_link));
+      collective_seconds(Collective::AllToAll, layout.ep, activation * model.top_k, out.ep_link),
+      ring_price(model, layout, device.kernel_flops,
+                 collective_seconds(Collective::SendRecv, layout.cp, 2 * activation / layout.tp,
+                                    out.cp_link)));
 
   // The pipeline: chapter 06's schedule and simulator. With scatter/gather (Narayanan 2021
   // sec. 4.1) each tp rank sends 1/t of the b s h activation to the next stage.
@@ -220,18 +258,20 @@ Prediction predict(const ModelShape& model, const PlanLayout& layout, const Clus
   // Each rank's share of the step and of the memory; the busiest and the fullest are reported.
   double busiest = -1;
   for (int r = 0; r < p; ++r) {
-    double compute = 0, tp = 0, ep = 0;
+    double compute = 0, tp = 0, ep = 0, cp = 0;
     for (int c = 0; c < v; ++c) {
       const StagePrice& price = prices[static_cast<std::size_t>(c * p + r)];
       compute += m * (price.forward_compute + price.backward_compute + price.weight_compute);
       tp += m * (price.forward_tp + price.backward_tp);
       ep += m * (price.forward_ep + price.backward_ep);
+      cp += m * (price.forward_cp + price.backward_cp);
     }
-    if (compute + tp + ep > busiest) {
-      busiest = compute + tp + ep;
+    if (compute + tp + ep + cp > busiest) {
+      busiest = compute + tp + ep + cp;
       out.compute_seconds = compute;
       out.tp_seconds = tp;
       out.ep_seconds = ep;
+      out.cp_seconds = cp;
     }
     const RankParameters& mine = params[static_cast<std::size_t>(r)];
     const RankMemory memory = rank_memory(
@@ -242,8 +282,9 @@ Prediction predict(const ModelShape& model, const PlanLayout& layout, const Clus
       out.activation_bytes = memory.activation_bytes;
     }
     const double dp =
-        zero_seconds(layout.zero, mine.dense, layout.dp * layout.ep, m, e, out.dp_link) +
-        zero_seconds(layout.zero, mine.expert, layout.dp, m, e, expert_dp_link);
+        zero_seconds(layout.zero, mine.dense, layout.dp * layout.ep * layout.cp, m, e,
+                     out.dp_link) +
+        zero_seconds(layout.zero, mine.expert, layout.dp * layout.cp, m, e, expert_dp_link);
     out.dp_seconds = std::max(out.dp_seconds, dp);
   }
   out.bubble_seconds = std::max(0.0, pipeline.quiet_makespan - busiest); // -1e-16 when none

@@ -23,8 +23,8 @@ struct Cluster {
   double memory_bytes = 0; ///< the budget per device (defaults to device.memory_bytes)
 };
 
-/// What one layout costs. Times are seconds per optimizer step; step = compute + tp + ep + pp +
-/// bubble + dp, each term measured on the busiest pipeline rank.
+/// What one layout costs. Times are seconds per optimizer step; step = compute + tp + ep + cp +
+/// pp + bubble + dp, each term measured on the busiest pipeline rank.
 struct Prediction {
   PlanLayout layout;
   double step_seconds = 0;
@@ -32,6 +32,7 @@ struct Prediction {
   double tp_seconds = 0;      ///< exposed tp all-reduces (2 per layer and micro-batch, +2 with
                               ///< recompute, + what outlasts the backward's weight-gradient GEMMs)
   double ep_seconds = 0;      ///< expert all-to-alls (dispatch + combine, forward and backward)
+  double cp_seconds = 0;      ///< exposed cp ring hops (forward: what outlasts attention)
   double pp_seconds = 0;      ///< exposed send/recv: the makespan with p2p minus without
   double bubble_seconds = 0;  ///< pipeline idle time of the busiest rank (simulated)
   double dp_seconds = 0;      ///< gradient reduction / ZeRO traffic after the backward
@@ -43,7 +44,7 @@ struct Prediction {
   double activation_bytes = 0;  ///< of that device
   double memory_bytes = 0;      ///< state + activations, the most of any device
   bool fits = false;            ///< memory_bytes <= the cluster's budget
-  Link tp_link, pp_link, dp_link, ep_link; ///< the slowest link of each group (name "" : none)
+  Link tp_link, pp_link, dp_link, ep_link, cp_link; ///< each group's slowest link ("": none)
 };
 
 /// Whether the cost model can price `pp` stages of `chunks` chunks each: it gives every chunk the

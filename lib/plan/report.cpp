@@ -53,17 +53,19 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
 std::string mesh_text(const PlanLayout& l) {
   std::string text = detail::concat("tp ", l.tp, " pp ", l.pp, " dp ", l.dp);
   if (l.ep > 1) text += detail::concat(" ep ", l.ep);
+  if (l.cp > 1) text += detail::concat(" cp ", l.cp);
   return text;
 }
 
 bool same_mesh(const PlanLayout& a, const PlanLayout& b) {
-  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.ep == b.ep;
+  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.ep == b.ep && a.cp == b.cp;
 }
 
 std::vector<std::pair<std::string, double>> terms(const Prediction& p) {
-  return {{"compute", p.compute_seconds},     {"tp communication", p.tp_seconds},
-          {"ep communication", p.ep_seconds}, {"pp send/recv", p.pp_seconds},
-          {"bubble", p.bubble_seconds},       {"dp/ZeRO communication", p.dp_seconds}};
+  return {{"compute", p.compute_seconds},         {"tp communication", p.tp_seconds},
+          {"ep communication", p.ep_seconds},     {"cp ring", p.cp_seconds},
+          {"pp send/recv", p.pp_seconds},         {"bubble", p.bubble_seconds},
+          {"dp/ZeRO communication", p.dp_seconds}};
 }
 
 std::string link_text(const Link& link) {
@@ -79,6 +81,10 @@ std::string format_plan(const Plan& plan, const Cluster& cluster, int top) {
                                                  "compute", "tp", "pp", "dp", "ep", "bubble"}};
   const int ranked = static_cast<int>(plan.ranked.size());
   const int n = top <= 0 ? ranked : std::min(top, ranked);
+  // a cp column only when a listed layout has a cp axis (chapter 14)
+  const bool any_cp = std::any_of(plan.ranked.begin(), plan.ranked.begin() + n,
+                                  [](const Prediction& p) { return p.layout.cp > 1; });
+  if (any_cp) rows.front().push_back("cp");
   for (int i = 0; i < n; ++i) {
     const Prediction& p = plan.ranked[static_cast<std::size_t>(i)];
     const PlanLayout& l = p.layout;
@@ -89,6 +95,7 @@ std::string format_plan(const Plan& plan, const Cluster& cluster, int top) {
                     fixed("%.1f%%", 100 * p.mfu), fixed("%.1f GiB", p.memory_bytes / (1 << 30)),
                     share(p.compute_seconds, s), share(p.tp_seconds, s), share(p.pp_seconds, s),
                     share(p.dp_seconds, s), share(p.ep_seconds, s), share(p.bubble_seconds, s)});
+    if (any_cp) rows.back().push_back(share(p.cp_seconds, s));
   }
   std::string out = plan.ranked.empty() ? "no layout fits in memory\n" : table(rows);
   if (!plan.ranked.empty()) {
@@ -96,17 +103,22 @@ std::string format_plan(const Plan& plan, const Cluster& cluster, int top) {
     out += "\nlinks of #1: tp " + link_text(best.tp_link) + ", pp " + link_text(best.pp_link) +
            ", dp " + link_text(best.dp_link);
     if (best.layout.ep > 1) out += ", ep " + link_text(best.ep_link);
+    if (best.layout.cp > 1) out += ", cp " + link_text(best.cp_link);
     out += "\n";
   }
   out += detail::concat(
-      "\nstep: predicted seconds per optimizer step = compute + tp + pp + dp + ep + bubble (the "
-      "columns, as shares of the step, on the busiest pipeline rank). compute: matmul FLOPs at ",
+      "\nstep: predicted seconds per optimizer step = compute + tp + pp + dp + ep + bubble",
+      any_cp ? " + cp (the ring's exposed hops)" : "",
+      " (the columns, as shares of the step, on the busiest pipeline rank). compute: matmul FLOPs "
+      "at ",
       fixed("%.4g", cluster.device.kernel_flops / 1e12),
       " TF/s sustained. MFU: model FLOPs (no recompute) / (step x GPUs x ",
       fixed("%.4g", cluster.device.peak_flops / 1e12),
       " TF/s peak). memory/GPU: training state (ZeRO formula) + activations (Korthikanti "
-      "Table 2) x micro-batches in flight; budget ",
-      fixed("%.1f GiB", cluster.memory_bytes / (1 << 30)), ".\n");
+      "Table 2",
+      any_cp ? "; with cp the ring's (s/cp) b h (10 + 24/t), no s x s maps" : "",
+      ") x micro-batches in flight; budget ", fixed("%.1f GiB", cluster.memory_bytes / (1 << 30)),
+      ".\n");
   return out;
 }
 
@@ -203,6 +215,7 @@ std::string plan_json(const Plan& plan, const ModelShape& model, const Cluster& 
                        {"tp", l.tp},
                        {"pp", l.pp},
                        {"ep", l.ep},
+                       {"cp", l.cp},
                        {"zero", l.zero},
                        {"micro_batch", l.micro_batch},
                        {"micro_batches", l.micro_batches},
@@ -215,6 +228,7 @@ std::string plan_json(const Plan& plan, const ModelShape& model, const Cluster& 
                        {"pp_seconds", p.pp_seconds},
                        {"dp_seconds", p.dp_seconds},
                        {"ep_seconds", p.ep_seconds},
+                       {"cp_seconds", p.cp_seconds},
                        {"bubble_seconds", p.bubble_seconds},
                        {"mfu", p.mfu},
                        {"tflops_per_device", p.tflops_per_device},

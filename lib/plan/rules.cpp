@@ -22,7 +22,12 @@ void check_layout_rules(const mesh::ParallelPlan& plan, const io::RunConfig& con
   if (plan.tp > 1)
     tp::check_tp_layout(config.model, config.train.seq_len, plan.tp, plan.sequence_parallel);
   if (plan.composed()) (void)plan.mesh_layout(); // the order names every axis of size > 1
-  if (plan.cp > 1) cp::check_cp_layout(config, plan.cp, cp::parse_split(plan.cp_split));
+  if (plan.cp > 1) {
+    TS_CHECK(plan.ep == 1 && !plan.sequence_parallel && plan.zero <= 1,
+             "train: --cp composes with --dp, --tp, --pp, --zero 1, --order and --topology in ",
+             "this version, not yet with --ep, --sp or --zero 2 or 3; leave those out, or --cp");
+    cp::check_cp_layout(config, plan.cp, cp::parse_split(plan.cp_split));
+  }
   if (plan.pp > 1 || plan.composed())
     pp::check_pipeline_layout(config, plan.pp, pp::pipeline_options(plan), D);
   else

@@ -51,6 +51,7 @@ std::vector<Filter> filters_of(const SearchSpace& space, const SearchSpace& open
   if (!space.tp.empty()) add(joined("tp", space.tp), [&](SearchSpace& s) { s.tp = space.tp; });
   if (!space.pp.empty()) add(joined("pp", space.pp), [&](SearchSpace& s) { s.pp = space.pp; });
   if (!space.ep.empty()) add(joined("ep", space.ep), [&](SearchSpace& s) { s.ep = space.ep; });
+  if (!space.cp.empty()) add(joined("cp", space.cp), [&](SearchSpace& s) { s.cp = space.cp; });
   if (!space.zero.empty())
     add(joined("zero", space.zero), [&](SearchSpace& s) { s.zero = space.zero; });
   if (space.micro_batch_sizes != defaults.micro_batch_sizes)
@@ -94,7 +95,7 @@ std::string why_empty(const ModelShape& model, const SearchSpace& space) {
   std::string out = detail::concat(
       "plan: expected at least one layout of '", model.name, "' on ", space.devices,
       " devices with a batch of ", space.batch, filters.empty() ? "" : " and the filters ", set,
-      ", found none. A layout needs dp x tp x pp x ep = ", space.devices, ", tp dividing the ",
+      ", found none. A layout needs dp x tp x pp x ep x cp = ", space.devices, ", tp dividing the ",
       model.heads, " heads, the width and the vocabulary, pp the ", model.layers, " layers, ",
       model.experts == 0 ? std::string("ep = 1 (a dense model)")
                          : detail::concat("ep the ", model.experts, " experts"),
@@ -122,10 +123,14 @@ std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchS
   model.validate();
   TS_CHECK(space.devices >= 1 && space.batch >= 1, "plan: expected --gpus >= 1 and --batch >= 1, ",
            "found ", space.devices, " devices, batch ", space.batch);
-  for (const std::vector<int>* sizes : {&space.tp, &space.pp, &space.ep})
+  for (const std::vector<int>* sizes : {&space.tp, &space.pp, &space.ep, &space.cp})
     for (int n : *sizes)
-      TS_CHECK(n >= 1, "plan: expected tp, pp and ep sizes >= 1, found ", n,
-               "; pass positive --tp, --pp and --ep");
+      TS_CHECK(n >= 1, "plan: expected tp, pp, ep and cp sizes >= 1, found ", n,
+               "; pass positive --tp, --pp, --ep and --cp");
+  // cp: as asked, else every size on a long sequence, else none
+  const std::vector<int> cp_sizes = !space.cp.empty()            ? space.cp
+                                    : model.seq >= kLongSequence ? std::vector<int>{}
+                                                                 : std::vector<int>{1};
   for (int z : space.zero)
     TS_CHECK(z >= 0 && z <= 3, "plan: expected ZeRO stages 0 to 3, found ", z,
              "; pass --zero 0, 1, 2 or 3");
@@ -142,49 +147,53 @@ std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchS
       if (!allowed(space.pp, pp) || !splits_evenly(model, pp, 1)) continue;
       for (int ep : divisors(space.devices / (tp * pp))) {
         if (!allowed(space.ep, ep)) continue;
-        const int dp = space.devices / (tp * pp * ep);
-        if (space.batch % (static_cast<std::int64_t>(dp) * ep) != 0) continue;
-        const std::int64_t per_replica = space.batch / (static_cast<std::int64_t>(dp) * ep);
-        for (int b : space.micro_batch_sizes) {
-          if (per_replica % b != 0) continue;
-          const int m = static_cast<int>(per_replica / b);
-          std::vector<std::pair<pp::ScheduleKind, int>> schedules;
-          if (pp == 1) {
-            schedules.push_back({pp::ScheduleKind::OneFOneB, 1});
-          } else {
-            for (auto kind : {pp::ScheduleKind::OneFOneB, pp::ScheduleKind::GPipe,
-                              pp::ScheduleKind::ZeroBubbleH1, pp::ScheduleKind::Interleaved}) {
-              if (!allowed(space.schedules, kind)) continue;
-              if (kind != pp::ScheduleKind::Interleaved) {
-                schedules.push_back({kind, 1});
-                continue;
+        for (int cp : divisors(space.devices / (tp * pp * ep))) {
+          if (!allowed(cp_sizes, cp)) continue;
+          const int dp = space.devices / (tp * pp * ep * cp);
+          if (space.batch % (static_cast<std::int64_t>(dp) * ep) != 0) continue;
+          const std::int64_t per_replica = space.batch / (static_cast<std::int64_t>(dp) * ep);
+          for (int b : space.micro_batch_sizes) {
+            if (per_replica % b != 0) continue;
+            const int m = static_cast<int>(per_replica / b);
+            std::vector<std::pair<pp::ScheduleKind, int>> schedules;
+            if (pp == 1) {
+              schedules.push_back({pp::ScheduleKind::OneFOneB, 1});
+            } else {
+              for (auto kind : {pp::ScheduleKind::OneFOneB, pp::ScheduleKind::GPipe,
+                                pp::ScheduleKind::ZeroBubbleH1, pp::ScheduleKind::Interleaved}) {
+                if (!allowed(space.schedules, kind)) continue;
+                if (kind != pp::ScheduleKind::Interleaved) {
+                  schedules.push_back({kind, 1});
+                  continue;
+                }
+                for (int v = 2; v <= space.max_chunks; ++v)
+                  if (splits_evenly(model, pp, v)) schedules.push_back({kind, v});
               }
-              for (int v = 2; v <= space.max_chunks; ++v)
-                if (splits_evenly(model, pp, v)) schedules.push_back({kind, v});
             }
-          }
-          std::vector<PlanLayout> legal; // in schedule, then ZeRO order
-          for (const auto& [kind, v] : schedules) {
-            for (int zero = 0; zero <= 3; ++zero) {
-              if (!allowed(space.zero, zero) || (zero > 0 && dp * ep == 1)) continue;
-              PlanLayout layout{.dp = dp,
-                                .tp = tp,
-                                .pp = pp,
-                                .ep = ep,
-                                .zero = zero,
-                                .micro_batch = b,
-                                .micro_batches = m,
-                                .schedule = kind,
-                                .chunks = v,
-                                .recompute = Recompute::None,
-                                .order = space.order};
-              if (layout_problem(model, layout).empty()) legal.push_back(std::move(layout));
+            std::vector<PlanLayout> legal; // in schedule, then ZeRO order
+            for (const auto& [kind, v] : schedules) {
+              for (int zero = 0; zero <= 3; ++zero) {
+                if (!allowed(space.zero, zero) || (zero > 0 && dp * ep == 1)) continue;
+                PlanLayout layout{.dp = dp,
+                                  .tp = tp,
+                                  .pp = pp,
+                                  .ep = ep,
+                                  .cp = cp,
+                                  .zero = zero,
+                                  .micro_batch = b,
+                                  .micro_batches = m,
+                                  .schedule = kind,
+                                  .chunks = v,
+                                  .recompute = Recompute::None,
+                                  .order = space.order};
+                if (layout_problem(model, layout).empty()) legal.push_back(std::move(layout));
+              }
             }
-          }
-          for (Recompute r : space.recompute) {
-            for (PlanLayout layout : legal) {
-              layout.recompute = r;
-              out.push_back(std::move(layout));
+            for (Recompute r : space.recompute) {
+              for (PlanLayout layout : legal) {
+                layout.recompute = r;
+                out.push_back(std::move(layout));
+              }
             }
           }
         }

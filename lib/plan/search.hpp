@@ -11,11 +11,17 @@
 
 namespace tinyscale::plan {
 
-/// What to search over; an empty list means every value the model and the device count allow.
+/// Sequences of at least this many positions are "long": there the search tries context
+/// parallelism by default (attention's s^2 work and activations grow past the matmuls' s h^2 near
+/// s = 6h, and Llama 3 starts cp at 8K); below it cp is 1 unless SearchSpace::cp asks.
+constexpr std::int64_t kLongSequence = 8192;
+
+/// What to search over; an empty list means every value the model and the device count allow
+/// (for cp: every value on sequences of kLongSequence or more, else 1).
 struct SearchSpace {
-  int devices = 0;        ///< dp x tp x pp x ep, exactly
+  int devices = 0;        ///< dp x tp x pp x ep x cp, exactly
   std::int64_t batch = 0; ///< global batch, sequences
-  std::vector<int> tp{}, pp{}, ep{}, zero{};
+  std::vector<int> tp{}, pp{}, ep{}, zero{}, cp{};
   std::vector<pp::ScheduleKind> schedules{}; ///< for pp > 1
   std::vector<int> micro_batch_sizes = {1, 2, 4, 8};
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};

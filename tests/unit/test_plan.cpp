@@ -251,7 +251,7 @@ TEST_CASE("an empty search names the filters that empty it and the device count"
   REQUIRE_TS_ERROR(search(m, c, {.devices = 32, .batch = 512, .micro_batch_sizes = {0}}),
                    Contains("micro-batch sizes >= 1") && Contains("found 0"));
   REQUIRE_TS_ERROR(search(m, c, {.devices = 32, .batch = 512, .pp = {0}}),
-                   Contains("tp, pp and ep sizes >= 1"));
+                   Contains("tp, pp, ep and cp sizes >= 1"));
   // Two filters that are fine alone but not together.
   REQUIRE_TS_ERROR(search(m, c, {.devices = 32, .batch = 512, .tp = {8}, .pp = {8}}),
                    Contains("tp 8; pp 8") && Contains("together leave none"));
@@ -337,4 +337,69 @@ TEST_CASE("bad plans are refused with the fix", "[unit][plan]") {
                                       .chunks = 2},
                            c),
                    Contains("multiple"));
+}
+
+TEST_CASE("a cp 2 step adds up by hand: half the compute, the ring's hops, activations without "
+          "the s x s maps",
+          "[unit][plan][cp]") {
+  // The toy GPT of the tp 2 x dp 2 case on 2 GPUs of one NVLink node: cp 2 against one GPU.
+  const ModelShape m{.name = "toy",
+                     .layers = 2,
+                     .hidden = 1024,
+                     .heads = 8,
+                     .vocab = 1024,
+                     .seq = 512,
+                     .note = ""};
+  const Cluster c = cluster_of("dgx-h100-ib.toml", "h100");
+  const PlanLayout one{.micro_batch = 2, .micro_batches = 3};
+  const PlanLayout two{.cp = 2, .micro_batch = 2, .micro_batches = 3};
+  const Prediction p1 = predict(m, one, c), p2 = predict(m, two, c);
+  const double h = 1024, s = 512, b = 2, rate = c.device.kernel_flops;
+  // Each cp rank computes half of every layer (the balanced cut halves attention's triangle too)
+  // and half of the logits.
+  CHECK(p2.compute_seconds == Approx(p1.compute_seconds / 2));
+  // The ring, per layer and micro-batch: one hop forward of k and v, 2 b (s/2) h bf16 bytes on
+  // NVLink, hidden under the attention core (4 b s^2 h / 2 FLOPs) when shorter; backward one hop
+  // of k, v, dk, dv (two hops' time) and one of the gradients home, not hidden.
+  const double hop = 3.4e-6 + 2 * b * (s / 2) * h * 2 / 450e9;
+  const double core = 4 * b * s * s * h / 2 / rate;
+  const double forward = std::max(0.0, hop - core), backward = 2 * hop + hop;
+  CHECK(p2.cp_seconds == Approx(3 * 2 * (forward + backward)));
+  CHECK(p2.cp_link.name == "nvlink");
+  // Gradients over dp x cp: the whole model's, all-reduced over the 2 cp ranks.
+  const double psi = 2 * (12 * h * h + 13 * h) + 1024 * h + s * h;
+  CHECK(p2.dp_seconds == Approx(2 * 3.4e-6 + psi * 2 / 450e9));
+  CHECK(p2.step_seconds ==
+        Approx(p2.compute_seconds + p2.cp_seconds + p2.dp_seconds + p2.bubble_seconds));
+  // Activations: the ring keeps (s/2) b h (10 + 24) bytes per layer, not Korthikanti's
+  // s b h (34 + 5 a s / h) with its s x s attention maps.
+  CHECK(ring_activation_bytes_per_layer(m, 2, 1, 2, Recompute::None) ==
+        Approx((s / 2) * b * h * 34));
+  CHECK(p2.activation_bytes ==
+        Approx(2 * ring_activation_bytes_per_layer(m, 2, 1, 2, Recompute::None)));
+  CHECK(p1.activation_bytes == Approx(2 * activation_bytes_per_layer(m, 2, 1, Recompute::None)));
+  CHECK(p2.mfu > p1.mfu / 2); // the same model FLOPs on twice the GPUs, in a bit more than half
+}
+
+TEST_CASE("the search tries cp on long sequences, and only when asked on short ones",
+          "[unit][plan][cp]") {
+  const Cluster c = cluster_of("dgx-h100-ib.toml", "h100");
+  ModelShape m = model_preset("megatron-7.5b");
+  const auto has_cp = [](const Plan& plan) {
+    return std::any_of(plan.ranked.begin(), plan.ranked.end(),
+                       [](const Prediction& p) { return p.layout.cp > 1; });
+  };
+  // s = 2048: cp stays 1 unless asked.
+  CHECK_FALSE(has_cp(search(m, c, {.devices = 8, .batch = 8})));
+  CHECK(has_cp(search(m, c, {.devices = 8, .batch = 8, .cp = {1, 2}})));
+  // s = 32768: tried by default, and the best layout cuts the sequence: one GPU's attention maps
+  // alone (5 a s^2 b bytes per layer) are far over 80 GB.
+  m.seq = 32768;
+  const Plan plan = search(m, c, {.devices = 8, .batch = 8});
+  REQUIRE_FALSE(plan.ranked.empty());
+  INFO(plan.ranked.front().layout.describe());
+  CHECK(plan.ranked.front().layout.cp > 1);
+  CHECK_THAT(format_plan(plan, c, 3), Contains("| cp ") && Contains("+ cp (the ring"));
+  CHECK(parse_layout_spec("tp2:cp4:m4").cp == 4);
+  CHECK(parse_layout_spec("tp2:cp4:m4").spec() == "tp2:cp4:m4");
 }

@@ -51,6 +51,28 @@ TEST_CASE("every layout the planner proposes is one tinyscale train accepts", "[
   }
 }
 
+TEST_CASE("every cp layout the planner proposes is one tinyscale train accepts",
+          "[unit][plan][cp]") {
+  const io::RunConfig config = config_file("tiny.toml");
+  const plan::ModelShape model = plan::shape_of(config.model, config.train.seq_len, "tiny.toml");
+  int with_cp = 0;
+  for (const plan::PlanLayout& layout :
+       plan::enumerate_layouts(model, {.devices = 8, .batch = 32, .cp = {1, 2, 4}})) {
+    if (layout.cp == 1) continue;
+    INFO(layout.describe());
+    CHECK(layout.zero <= 1);
+    CHECK_NOTHROW(fourd::check_plan(layout.parallel_plan(), with_batch(config, layout)));
+    ++with_cp;
+  }
+  CHECK(with_cp > 10);
+  // MoE: cp is not composed with experts yet, so the planner proposes none
+  const io::RunConfig moe = config_file("moe-tiny.toml");
+  for (const plan::PlanLayout& layout :
+       plan::enumerate_layouts(plan::shape_of(moe.model, moe.train.seq_len, "moe-tiny.toml"),
+                               {.devices = 8, .batch = 32, .cp = {1, 2}}))
+    CHECK(layout.cp == 1);
+}
+
 TEST_CASE("the planner leaves out the layouts tinyscale train refuses", "[unit][plan]") {
   // GPT-2's vocabulary of 50,257 tokens splits over no tp > 1 (train refuses it: the embedding
   // and the head are split by vocabulary), although 12 heads would allow tp 2, 3, 4, 6 and 12.

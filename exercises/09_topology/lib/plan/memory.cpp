@@ -18,6 +18,15 @@ double activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp,
   return bytes;
 }
 
+double ring_activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp, int cp,
+                                       Recompute recompute) {
+  TS_CHECK(micro_batch >= 1 && tp >= 1 && cp >= 1, "ring_activation_bytes_per_layer: expected ",
+           "micro_batch, tp and cp >= 1, found b ", micro_batch, ", t ", tp, ", cp ", cp);
+  const double s = static_cast<double>(m.seq) / cp, b = micro_batch;
+  const double h = static_cast<double>(m.hidden), t = tp;
+  return recompute == Recompute::Full ? 2 * s * b * h : s * b * h * (10 + 24 / t);
+}
+
 RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, int rank) {
   const int p = layout.pp, v = layout.chunks;
   TS_CHECK(m.layers % (p * v) == 0, "rank_parameters: expected layers divisible by pp x chunks, ",
