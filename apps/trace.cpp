@@ -45,6 +45,12 @@ void run_trace(const TraceOptions& opt) {
   const metrics::Overlap overlap = metrics::measure_overlap(events);
   std::printf("\noverlap: %.3f ms of %.3f ms communication hidden behind compute (%.1f%%)\n",
               overlap.hidden_us / 1000.0, overlap.comm_us / 1000.0, 100.0 * overlap.fraction());
+  // A context-parallel run's ring records its own streams (cp/ring_attention.hpp).
+  const metrics::Overlap ring = metrics::measure_overlap(events, "ring", "ring comm");
+  if (ring.comm_us > 0)
+    std::printf("ring overlap: %.3f ms of %.3f ms ring transfers hidden behind attention "
+                "(%.1f%%)\n",
+                ring.hidden_us / 1000.0, ring.comm_us / 1000.0, 100.0 * ring.fraction());
   std::fflush(stdout);
 }
 

@@ -513,8 +513,9 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--no-overlap", opt->no_overlap,
                 "All-reduce every bucket after backward instead of during it");
   cmd->add_option("--trace", opt->trace_path,
-                  "Write a Chrome trace (every rank's compute and communication) to FILE and "
-                  "report the overlap; view with Perfetto or `tinyscale trace FILE`");
+                  "Write a Chrome trace (every rank's compute and communication; with --cp also "
+                  "the ring's attention and transfers) to FILE and report the overlap; view with "
+                  "Perfetto or `tinyscale trace FILE`");
   cmd->callback([opt, resume] {
     opt->resume_latest = resume->count() > 0;
     run_train(*opt);

@@ -30,8 +30,8 @@ Tensor whole_rows_mean(comm::Communicator& cp, const Tensor& local_sum, std::int
 }
 
 CpGPT::CpGPT(const nn::ModelConfig& config, std::uint64_t seed, comm::Communicator& cp, Split split,
-             std::int64_t seq_len)
-    : gpt_(config, seed), cp_(&cp), split_(split), ring_(cp, split),
+             std::int64_t seq_len, metrics::TraceRecorder* trace)
+    : gpt_(config, seed), cp_(&cp), split_(split), ring_(cp, split, trace),
       chunks_(sequence_chunks(cp.rank(), cp.size(), split, seq_len)) {}
 
 Tensor CpGPT::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {

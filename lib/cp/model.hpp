@@ -30,9 +30,11 @@ Tensor whole_rows_mean(comm::Communicator& cp, const Tensor& local_sum, std::int
 /// The ring attention of a cp group as the attention every block uses (nn::AttentionCore).
 class RingAttentionCore final : public nn::AttentionCore {
 public:
-  RingAttentionCore(comm::Communicator& cp, Split split) : cp_(&cp), split_(split) {}
+  /// `trace` (optional, outliving this) records the ring's steps and transfers.
+  RingAttentionCore(comm::Communicator& cp, Split split, metrics::TraceRecorder* trace = nullptr)
+      : cp_(&cp), split_(split), trace_(trace) {}
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v) const override {
-    return ring_attention(q, k, v, *cp_, split_, &work_);
+    return ring_attention(q, k, v, *cp_, split_, RingProbes{&work_, trace_});
   }
   /// The pairs this rank's forward passes scored since the last reset (a counter, not state).
   const RingWork& work() const { return work_; }
@@ -41,15 +43,17 @@ public:
 private:
   comm::Communicator* cp_;
   Split split_;
+  metrics::TraceRecorder* trace_;
   mutable RingWork work_;
 };
 
 /// GPT over a cp group: this rank's positions of every sequence of train.seq_len positions.
 class CpGPT final : public nn::Model {
 public:
-  /// `cp` must outlive the model; seq_len must cut into chunk_count(cp.size(), split) chunks.
+  /// `cp` (and `trace`, optional: the ring's events) must outlive the model; seq_len must cut
+  /// into chunk_count(cp.size(), split) chunks.
   CpGPT(const nn::ModelConfig& config, std::uint64_t seed, comm::Communicator& cp, Split split,
-        std::int64_t seq_len);
+        std::int64_t seq_len, metrics::TraceRecorder* trace = nullptr);
 
   const nn::ModelConfig& config() const override { return gpt_.config(); }
   const nn::ParameterList& parameters() const override { return gpt_.parameters(); }

@@ -8,6 +8,7 @@
 #include "ops/attention_block.hpp"
 #include "ops/ops.hpp"
 
+#include <string>
 #include <utility>
 
 namespace tinyscale::cp {
@@ -55,10 +56,27 @@ struct Ring {
   int source(int step) const { return (rank + n - step) % n; } // whose block is here at `step`
 };
 
+// A ring's trace: the caller's recorder, or a disabled one (every call a no-op).
+struct RingTrace {
+  explicit RingTrace(metrics::TraceRecorder* given) : recorder(given != nullptr ? *given : none) {}
+  metrics::TraceRecorder none;
+  metrics::TraceRecorder& recorder;
+  // A transfer from its posting until both its send and its receive completed.
+  void transfer(const std::string& name, metrics::TraceClock::time_point posted,
+                std::int64_t bytes) {
+    recorder.record("ring comm", name, "ring", posted, metrics::TraceClock::now(), bytes);
+  }
+};
+
+std::int64_t bytes_of(const Tensor& t) {
+  return t.numel() * static_cast<std::int64_t>(dtype_size(t.dtype()));
+}
+
 // The forward ring, without autograd: this rank's output and every row's lse over all its keys.
 AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                            comm::Communicator& cp, Split split, RingWork* work) {
+                            comm::Communicator& cp, Split split, const RingProbes& probes) {
   const Ring ring(cp);
+  RingTrace trace(probes.trace);
   const std::vector<int> mine = chunks_of(ring.rank, ring.n, split);
   const std::int64_t batch = q.size(0);
   const std::vector<Tensor> queries = pieces(q, mine.size());
@@ -69,6 +87,7 @@ AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
     // Pass the block on before computing with it, so that the transfer overlaps the compute.
     Tensor next;
     comm::WorkHandle sent, received;
+    const metrics::TraceClock::time_point posted = metrics::TraceClock::now();
     if (more) {
       next = Tensor::empty(held.shape(), held.dtype(), held.device());
       received = comm::irecv(cp, next, ring.left, kForwardTag);
@@ -77,19 +96,27 @@ AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
     const std::vector<int> theirs = chunks_of(ring.source(step), ring.n, split);
     const std::vector<Tensor> keys = pieces(slice(held, 0, 0, batch), theirs.size()),
                               values = pieces(slice(held, 0, batch, 2 * batch), theirs.size());
-    for (std::size_t i = 0; i < mine.size(); ++i)
-      for (std::size_t j = 0; j < theirs.size(); ++j)
-        if (theirs[j] <= mine[i]) { // causal: a query chunk sees the chunks up to its own
-          const bool diagonal = theirs[j] == mine[i];
-          merge(acc[i], attention_block_forward(queries[i], keys[j], values[j], diagonal));
-          if (work != nullptr) {
-            const std::int64_t c = queries[i].size(2);
-            work->pairs += diagonal ? c * (c + 1) / 2 : c * c;
+    {
+      metrics::TraceRecorder::Scope scope(trace.recorder, "ring",
+                                          "forward step " + std::to_string(step), "attention");
+      for (std::size_t i = 0; i < mine.size(); ++i)
+        for (std::size_t j = 0; j < theirs.size(); ++j)
+          if (theirs[j] <= mine[i]) { // causal: a query chunk sees the chunks up to its own
+            const bool diagonal = theirs[j] == mine[i];
+            merge(acc[i], attention_block_forward(queries[i], keys[j], values[j], diagonal));
+            if (probes.work != nullptr) {
+              const std::int64_t c = queries[i].size(2);
+              probes.work->pairs += diagonal ? c * (c + 1) / 2 : c * c;
+            }
           }
-        }
+    }
     if (more) {
-      received->wait();
-      sent->wait();
+      {
+        metrics::TraceRecorder::Scope scope(trace.recorder, "ring", "forward wait", "wait");
+        received->wait();
+        sent->wait();
+      }
+      trace.transfer("k, v to rank " + std::to_string(ring.right), posted, bytes_of(held));
       held = next;
     }
   }
@@ -106,8 +133,9 @@ AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 // home. Unlike the forward, a hop waits for the step's compute (it carries the step's result).
 autograd::Grads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& lse, const Tensor& grad, comm::Communicator& cp,
-                              Split split) {
+                              Split split, metrics::TraceRecorder* recorder) {
   const Ring ring(cp);
+  RingTrace trace(recorder);
   const std::vector<int> mine = chunks_of(ring.rank, ring.n, split);
   const std::int64_t batch = q.size(0);
   const std::size_t count = mine.size();
@@ -125,21 +153,32 @@ autograd::Grads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               values = pieces(slice(held, 0, batch, 2 * batch), theirs.size());
     std::vector<Tensor> dk = pieces(slice(held, 0, 2 * batch, 3 * batch), theirs.size()),
                         dv = pieces(slice(held, 0, 3 * batch, 4 * batch), theirs.size());
-    for (std::size_t i = 0; i < count; ++i)
-      for (std::size_t j = 0; j < theirs.size(); ++j)
-        if (theirs[j] <= mine[i])
-          attention_block_backward(queries[i], keys[j], values[j], grads[i], lses[i], deltas[i],
-                                   /*diagonal=*/theirs[j] == mine[i], dq[i], dk[j], dv[j]);
+    {
+      metrics::TraceRecorder::Scope scope(trace.recorder, "ring",
+                                          "backward step " + std::to_string(step), "attention");
+      for (std::size_t i = 0; i < count; ++i)
+        for (std::size_t j = 0; j < theirs.size(); ++j)
+          if (theirs[j] <= mine[i])
+            attention_block_backward(queries[i], keys[j], values[j], grads[i], lses[i], deltas[i],
+                                     /*diagonal=*/theirs[j] == mine[i], dq[i], dk[j], dv[j]);
+    }
     // The block moves on with its gradients; the last hop takes only the gradients home.
     Tensor outgoing = step + 1 < ring.n
                           ? concat({slice(held, 0, 0, 2 * batch), concat(dk, 2), concat(dv, 2)}, 0)
                           : concat({concat(dk, 2), concat(dv, 2)}, 0);
     if (ring.n > 1) {
+      const metrics::TraceClock::time_point posted = metrics::TraceClock::now();
       Tensor incoming = Tensor::empty(outgoing.shape(), outgoing.dtype(), outgoing.device());
       comm::WorkHandle received = comm::irecv(cp, incoming, ring.left, kBackwardTag);
       comm::WorkHandle sent = comm::isend(cp, outgoing, ring.right, kBackwardTag);
-      received->wait();
-      sent->wait();
+      {
+        metrics::TraceRecorder::Scope scope(trace.recorder, "ring", "backward wait", "wait");
+        received->wait();
+        sent->wait();
+      }
+      trace.transfer((step + 1 < ring.n ? "k, v, dk, dv to rank " : "dk, dv home to rank ") +
+                         std::to_string(ring.right),
+                     posted, bytes_of(outgoing));
       outgoing = incoming;
     }
     held = outgoing;
@@ -182,14 +221,19 @@ Tensor shard_sequence(const Tensor& x, int axis, int rank, int size, Split split
 }
 
 std::int64_t causal_pairs(int rank, int size, Split split, std::int64_t seq_len) {
-  const std::int64_t c = seq_len / chunk_count(size, split);
+  check_size(rank, size, "causal_pairs");
+  const int count = chunk_count(size, split);
+  TS_CHECK(seq_len % count == 0, "cp::causal_pairs: a sequence of ", seq_len,
+           " positions does not cut into ", count, " equal chunks (cp = ", size, ", ",
+           split_name(split), "); choose a multiple of ", count);
+  const std::int64_t c = seq_len / count;
   std::int64_t pairs = 0;
   for (int a : chunks_of(rank, size, split)) pairs += a * c * c + c * (c + 1) / 2;
   return pairs;
 }
 
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, comm::Communicator& cp,
-                      Split split, RingWork* work) {
+                      Split split, RingProbes probes) {
   check_floating(q, "cp::ring_attention", "q");
   check_same_dtype_device(q, k, "cp::ring_attention");
   check_same_dtype_device(q, v, "cp::ring_attention");
@@ -204,13 +248,14 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, comm::C
   AttentionBlock result;
   {
     NoGradGuard no_grad; // the node is recorded below, once, with its own backward
-    result = ring_forward(q.detach(), k.detach(), v.detach(), cp, split, work);
+    result = ring_forward(q.detach(), k.detach(), v.detach(), cp, split, probes);
   }
   // The backward counts its traffic under the forward's region (comm/counting.hpp).
   auto backward = [&cp, region = comm::counting_region(cp), q = q.detach(), k = k.detach(),
-                   v = v.detach(), out = result.out, lse = result.lse, split](const Tensor& grad) {
+                   v = v.detach(), out = result.out, lse = result.lse, split,
+                   trace = probes.trace](const Tensor& grad) {
     comm::CountingRegion scope(cp, region);
-    return ring_backward(q, k, v, out, lse, grad, cp, split);
+    return ring_backward(q, k, v, out, lse, grad, cp, split, trace);
   };
   return record_op("cp.ring_attention", result.out, {q, k, v}, backward);
 }

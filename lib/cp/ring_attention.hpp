@@ -14,6 +14,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/tensor.hpp"
+#include "metrics/trace.hpp"
 
 #include <cstdint>
 #include <string>
@@ -44,6 +45,7 @@ Tensor shard_sequence(const Tensor& x, int axis, int rank, int size, Split split
 
 /// The query-key pairs rank `rank` scores for a causal sequence of `seq_len` positions: the
 /// attention work it does (the diagonal blocks count their visible half, diagonal included).
+/// seq_len must cut into chunk_count(size, split) equal chunks (checked).
 std::int64_t causal_pairs(int rank, int size, Split split, std::int64_t seq_len);
 
 /// The attention work a rank did, counted as it runs: query-key pairs scored per (row, head) by
@@ -52,14 +54,24 @@ struct RingWork {
   std::int64_t pairs = 0;
 };
 
+/// What a caller can watch of a ring, both optional: the pairs it scores (`work`), and (`trace`)
+/// each step's attention ("ring" stream, category "attention"), the wait for a transfer ("ring",
+/// "wait") and each transfer from its posting to its completion ("ring comm", "ring", its bytes),
+/// so that metrics::measure_overlap(events, "ring", "ring comm") is the share of the ring's
+/// transfers hidden behind its attention.
+struct RingProbes {
+  RingWork* work = nullptr;
+  metrics::TraceRecorder* trace = nullptr;
+};
+
 /// Causal softmax(q k^T / sqrt(D)) v for this rank's query positions against the keys of every
 /// position before them, on every rank. q, k, v [B, H, T_local, D] hold this rank's positions
 /// (shard_sequence's order); returns [B, H, T_local, D]. Collective over `cp` in the forward and
 /// in the backward (one autograd node, "cp.ring_attention"). Each rank sends N-1 messages of
 /// 2·B·H·T_local·D values forward (k and v), and backward N-1 of 4·B·H·T_local·D (k, v and their
 /// gradients so far) and a last one of 2·B·H·T_local·D (the gradients going home). With one rank
-/// it is scaled_dot_product_attention. When `work` is given, the forward adds its pairs to it.
+/// it is scaled_dot_product_attention. `probes` watch it (RingProbes).
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, comm::Communicator& cp,
-                      Split split = Split::LoadBalanced, RingWork* work = nullptr);
+                      Split split = Split::LoadBalanced, RingProbes probes = {});
 
 } // namespace tinyscale::cp

@@ -35,17 +35,19 @@ const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicat
 } // namespace
 
 CpTrainer::CpTrainer(io::RunConfig config, comm::Communicator& cp, comm::Communicator* dp,
-                     comm::Communicator& dp_cp, Split split)
-    : dp_(dp), dp_cp_(&dp_cp),
+                     comm::Communicator& dp_cp, Split split, metrics::TraceRecorder* trace)
+    : dp_(dp), dp_cp_(&dp_cp), trace_(trace),
       trainer_(
           [&](const io::RunConfig& c) {
-            return std::make_unique<CpGPT>(c.model, c.train.seed, cp, split, c.train.seq_len);
+            return std::make_unique<CpGPT>(c.model, c.train.seed, cp, split, c.train.seq_len,
+                                           trace);
           },
           checked(config, cp, dp, split)) {
   const train::TrainConfig& t = trainer_.config().train;
   rows_ = t.batch_size / ((dp != nullptr ? dp->size() : 1) * t.micro_batches);
   if (dp_cp.size() > 1)
-    sync_ = std::make_unique<dp::DataParallel>(trainer_.model().parameters(), dp_cp);
+    sync_ = std::make_unique<dp::DataParallel>(trainer_.model().parameters(), dp_cp,
+                                               dp::DpOptions{}, trace);
 }
 
 // A dp rank's rows as in chapter 04; each cp rank of it runs the same rows, its own positions.
@@ -60,6 +62,7 @@ train::StepResult CpTrainer::train_step() {
     if (sync_) sync_->finish_gradient_sync();
   };
   plan.replicas = dp_; // the losses: each cp rank already holds its rows' whole loss
+  plan.trace = trace_;
   return dp::data_parallel_step(trainer_, plan);
 }
 

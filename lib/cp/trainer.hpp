@@ -29,8 +29,10 @@ class CpTrainer {
 public:
   /// Collective over `cp` and `replicas` (dp x cp; both must outlive the trainer). `dp` may be
   /// nullptr (dp = 1). Checks the layout first, then builds the data, the model and AdamW.
+  /// `trace` (optional, outliving the trainer) records the micro-batches' forward and backward,
+  /// the gradient all-reduces and the ring's steps and transfers (RingProbes).
   CpTrainer(io::RunConfig config, comm::Communicator& cp, comm::Communicator* dp,
-            comm::Communicator& dp_cp, Split split);
+            comm::Communicator& dp_cp, Split split, metrics::TraceRecorder* trace = nullptr);
 
   /// Collective: one optimizer step on the global batch; every rank returns the same result.
   train::StepResult train_step();
@@ -55,6 +57,7 @@ public:
 private:
   comm::Communicator* dp_;
   comm::Communicator* dp_cp_;
+  metrics::TraceRecorder* trace_;
   train::Trainer trainer_;
   std::int64_t rows_ = 0;
   std::unique_ptr<dp::DataParallel> sync_;

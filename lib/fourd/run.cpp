@@ -37,8 +37,6 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
            plan.pp);
   TS_CHECK(plan.cp > 1 || plan.cp_split == "load-balanced", "train: --cp-split cuts the ",
            "sequence over context-parallel ranks; it needs --cp 2 or more, found --cp ", plan.cp);
-  TS_CHECK(plan.cp == 1 || trace_path.empty(), "train: --trace does not record --cp runs yet ",
-           "(the ring's overlap is not traced); leave out --trace or --cp");
   if (plan.composed()) {
     TS_CHECK(plan.zero <= 1, "train: --zero ", plan.zero, " in a composed run (--tp, --pp, --ep, ",
              "--cp, --order or --topology): this version composes ZeRO stage 1 only (stages 2 ",
@@ -77,8 +75,9 @@ public:
       axes.cp_split = cp::parse_split(plan.cp_split);
       options.row_replicas = &mesh_.group("dp x ep"); // cp ranks share rows: not replicas
     }
-    auto model = std::make_unique<MeshStages>(config, axes);
     trace_ = metrics::make_trace_recorder(world, trace_path_);
+    axes.trace = trace_.get(); // the ring's steps and transfers, with cp
+    auto model = std::make_unique<MeshStages>(config, axes);
     // one stage runs 1F1B: plain gradient accumulation, one micro-batch's activations at a time
     trainer_ = std::make_unique<pp::PipelineTrainer>(config, mesh_.group(mesh::Axis::Pp), options,
                                                      trace_.get(), &mesh_.group("dp x cp x ep"),
@@ -133,7 +132,10 @@ public:
 
   // What each rank holds: its coordinates, the elements it trains and its AdamW state.
   void finish() override {
-    if (trace_) metrics::write_gathered_trace(*world_, *trace_, trace_path_);
+    if (trace_ && plan_.cp > 1)
+      cp::print_ring_overlap(*world_, *trace_, trace_path_);
+    else if (trace_)
+      metrics::write_gathered_trace(*world_, *trace_, trace_path_);
     std::int64_t trained = 0;
     for (const nn::NamedParameter* p : trainer_->owned_parameters()) trained += p->tensor.numel();
     const mesh::MeshCoord c = mesh_.coord();
@@ -198,7 +200,7 @@ std::unique_ptr<train::RankRun> make_run(const mesh::ParallelPlan& given,
   const mesh::ParallelPlan plan = given.for_world(world.size());
   check_plan(plan, config, trace_path);
   if (plan.composed()) return make_composed_run(plan, config, world, trace_path);
-  if (plan.cp > 1) return cp::make_context_parallel_run(plan, config, world);
+  if (plan.cp > 1) return cp::make_context_parallel_run(plan, config, world, trace_path);
   if (plan.pp > 1) return pp::make_pipeline_run(plan, config, world, trace_path);
   if (plan.zero > 0) return zero::make_zero_run(plan, config, world);
   if (plan.ep > 1) return ep::make_expert_parallel_run(plan, config, world);

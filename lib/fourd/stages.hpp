@@ -39,6 +39,7 @@ struct MeshAxes {
   /// ring as each block's attention (over this rank's tp heads), the loss summed over it.
   comm::Communicator* cp = nullptr;
   cp::Split cp_split = cp::Split::LoadBalanced;
+  metrics::TraceRecorder* trace = nullptr; ///< with cp: records the ring (optional)
 };
 
 using ep::is_expert_parameter; // chapter 08's: h.N.mlp.experts.e.*

@@ -385,16 +385,17 @@ std::set<int> ranks_of(const std::vector<TraceEvent>& events) {
 
 } // namespace
 
-Overlap measure_overlap(const std::vector<TraceEvent>& events) {
+Overlap measure_overlap(const std::vector<TraceEvent>& events, const std::string& compute_stream,
+                        const std::string& comm_stream) {
   Overlap overlap;
   for (int rank : ranks_of(events)) {
     std::vector<Interval> compute;
     for (const TraceEvent& e : events)
-      if (e.rank == rank && e.stream == "compute" && e.category != "wait")
+      if (e.rank == rank && e.stream == compute_stream && e.category != "wait")
         compute.push_back({e.start_us, e.end_us()});
     const std::vector<Interval> busy = merge_intervals(std::move(compute));
     for (const TraceEvent& e : events) {
-      if (e.rank != rank || e.stream != "comm") continue;
+      if (e.rank != rank || e.stream != comm_stream) continue;
       overlap.comm_us += e.duration_us;
       overlap.hidden_us += covered_us(busy, e.start_us, e.end_us());
     }

@@ -122,8 +122,11 @@ struct Overlap {
 };
 /// Measures the overlap of each rank's "comm" events with the union of its "compute" events
 /// (events of category "wait" do not count as compute: a rank waiting for communication is not
-/// hiding it), summed over ranks.
-Overlap measure_overlap(const std::vector<TraceEvent>& events);
+/// hiding it), summed over ranks. The streams can be named: context parallelism's ring records
+/// its attention on "ring" and its transfers on "ring comm" (cp/ring_attention.hpp).
+Overlap measure_overlap(const std::vector<TraceEvent>& events,
+                        const std::string& compute_stream = "compute",
+                        const std::string& comm_stream = "comm");
 
 /// Time per category of the events on `stream`, summed over ranks, divided by the number of ranks
 /// in `events` (all streams), in microseconds, in order of first appearance (the step-time

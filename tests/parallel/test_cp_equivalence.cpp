@@ -131,8 +131,6 @@ TEST_CASE("train --cp through make_run equals one rank, and check_plan refuses w
   with_sp.sequence_parallel = true;
   REQUIRE_TS_ERROR(fourd::check_plan(with_sp.for_world(8), config),
                    Contains("not yet with --ep, --sp or --zero 2 or 3"));
-  REQUIRE_TS_ERROR(fourd::check_plan(plan.for_world(4), config, "/tmp/trace.json"),
-                   Contains("--trace does not record --cp runs"));
   mesh::ParallelPlan with_zero3 = plan;
   with_zero3.zero = 3;
   REQUIRE_TS_ERROR(fourd::check_plan(with_zero3.for_world(4), config),
@@ -180,4 +178,44 @@ TEST_CASE("Context parallelism composed on the emulated device: tp2 x cp2 and pp
   config.train.device = "emu";
   CHECK(fourd_difference(config, {.tp = 2, .cp = 2}) == "");
   CHECK(fourd_difference(config, {.pp = 2, .cp = 2}) == "");
+}
+
+TEST_CASE("A traced cp 2 step records every ring transfer with its bytes, the forward hops run "
+          "while the attention computes, the backward hops after it",
+          "[parallel][cp]") {
+  const io::RunConfig config = dp_run_config(1, 2, 2, false); // 2 layers, 2 micro-batches
+  std::vector<std::vector<metrics::TraceEvent>> events(2);
+  REQUIRE_NOTHROW(comm::run_threads(
+      2,
+      [&](comm::Communicator& world) {
+        metrics::TraceRecorder trace(world.rank(), metrics::synchronized_origin(world));
+        cp::CpTrainer trainer(config, world, nullptr, world, cp::Split::LoadBalanced, &trace);
+        trainer.train_step();
+        events[static_cast<std::size_t>(world.rank())] = trace.events();
+      },
+      comm::testing::test_options(std::chrono::seconds(60))));
+  const std::int64_t b = 2, h = 32, s = 16, layers = 2, micro_batches = 2, bytes = 4;
+  for (const std::vector<metrics::TraceEvent>& mine : events) {
+    std::vector<metrics::TraceEvent> forward, backward, attention;
+    std::int64_t sent = 0;
+    for (const metrics::TraceEvent& e : mine) {
+      if (e.stream == "ring" && e.category == "attention") attention.push_back(e);
+      if (e.stream != "ring comm") continue;
+      sent += e.bytes;
+      (e.name.rfind("k, v to", 0) == 0 ? forward : backward).push_back(e);
+    }
+    // per layer and micro-batch: N-1 = 1 hop forward, N-1 + 1 = 2 backward; (6N-4) b h s/N bytes
+    CHECK(forward.size() == static_cast<std::size_t>(layers * micro_batches));
+    CHECK(backward.size() == static_cast<std::size_t>(2 * layers * micro_batches));
+    CHECK(sent == 8 * b * h * (s / 2) * bytes * layers * micro_batches);
+    CHECK(attention.size() == static_cast<std::size_t>(2 * 2 * layers * micro_batches));
+    std::vector<metrics::TraceEvent> with_forward = attention, with_backward = attention;
+    with_forward.insert(with_forward.end(), forward.begin(), forward.end());
+    with_backward.insert(with_backward.end(), backward.begin(), backward.end());
+    const metrics::Overlap f = metrics::measure_overlap(with_forward, "ring", "ring comm");
+    const metrics::Overlap g = metrics::measure_overlap(with_backward, "ring", "ring comm");
+    CHECK(f.hidden_us > 0); // posted before the step's attention, completed after it
+    CHECK(g.comm_us > 0);
+    CHECK(g.hidden_us == 0); // each backward hop carries the step's result: nothing hides it
+  }
 }

@@ -127,6 +127,8 @@ TEST_CASE("A sequence that does not cut into the chunks is refused, naming the l
                        Contains("cp = 3, load-balanced") && Contains("multiple of 6"));
   REQUIRE_TS_ERROR(cp::chunks_of(2, 2, cp::Split::Contiguous),
                    Contains("expected a rank in 0..1") && Contains("found rank 2 of 2"));
+  REQUIRE_TS_ERROR(cp::causal_pairs(0, 2, cp::Split::LoadBalanced, 10),
+                   Contains("10 positions does not cut into 4 equal chunks"));
   const Tensor odd = Tensor::zeros(Shape({1, 1, 5, 4}), DType::Float64);
   REQUIRE_NOTHROW(comm::run_threads(1, [&](comm::Communicator& group) {
     const std::string message = [&] {

@@ -47,7 +47,7 @@ MeshStages::MeshStages(const io::RunConfig& config, MeshAxes axes)
   if (axes.cp != nullptr) {
     TS_CHECK(!axes.sequence_parallel, "MeshStages: sequence parallelism inside a context-",
              "parallel rank's chunks is not composed in this version; leave out --sp or --cp");
-    ring_.emplace(*axes.cp, axes.cp_split);
+    ring_.emplace(*axes.cp, axes.cp_split, axes.trace);
     chunks_ =
         cp::sequence_chunks(axes.cp->rank(), axes.cp->size(), axes.cp_split, config.train.seq_len);
   }
