@@ -15,9 +15,11 @@ namespace tinyscale::cp {
 
 namespace {
 
-// Tags of the ring's messages: both passes use the cp group only for these.
+// Tags of the ring's messages (the cp group carries nothing else): the forward's blocks, the
+// backward's blocks, and the backward's gradients one step behind them.
 constexpr int kForwardTag = 0;
 constexpr int kBackwardTag = 1;
+constexpr int kGradientTag = 2;
 
 void check_size(int rank, int size, const char* op) {
   TS_CHECK(size >= 1 && rank >= 0 && rank < size, "cp::", op, ": expected a rank in 0..", size - 1,
@@ -116,7 +118,7 @@ AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
         received->wait();
         sent->wait();
       }
-      trace.transfer("k, v to rank " + std::to_string(ring.right), posted, bytes_of(held));
+      trace.transfer("forward: k, v to rank " + std::to_string(ring.right), posted, bytes_of(held));
       held = next;
     }
   }
@@ -128,9 +130,12 @@ AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   return {concat(outs, 2), concat(lses, 2)};
 }
 
-// The backward ring, without autograd: dq, dk, dv of this rank's positions. Each block travels
-// with the gradients of its k and v summed so far; after the last step one more hop takes them
-// home. Unlike the forward, a hop waits for the step's compute (it carries the step's result).
+// The backward ring, without autograd: dq, dk, dv of this rank's positions. Two streams of
+// messages, each posted before the compute that does not need it. The key/value blocks travel
+// ahead as in the forward (N-1 hops). Each block's dk, dv travel one step behind it: after step s
+// a rank passes its sum so far of the gradients of the block it held to its right neighbour, which
+// holds that block at step s+1 and adds its own share once it has computed it; the N-th pass takes
+// the sums home. So a pass arrives while its receiver computes, and only the last one waits.
 autograd::Grads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& lse, const Tensor& grad, comm::Communicator& cp,
                               Split split, metrics::TraceRecorder* recorder) {
@@ -145,14 +150,30 @@ autograd::Grads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   std::vector<Tensor> dq;
   for (const Tensor& piece : queries)
     dq.push_back(Tensor::zeros(piece.shape(), q.dtype(), q.device()));
-  Tensor zeros = Tensor::zeros(k.shape(), k.dtype(), k.device());
-  Tensor held = concat({k, v, zeros, zeros}, 0); // k, v, dk, dv: [4B, H, T_local, D]
+  Tensor held = concat({k, v}, 0); // what travels ahead: k and v, [2B, H, T_local, D]
+  const Shape pair = held.shape(); // dk and dv travel the same way, [2B, H, T_local, D]
+  Tensor passed;                   // the last pass of gradients, in flight to the right
+  comm::WorkHandle pass;
   for (int step = 0; step < ring.n; ++step) {
+    const bool more = step + 1 < ring.n;
+    const metrics::TraceClock::time_point posted = metrics::TraceClock::now();
+    Tensor next, behind;
+    comm::WorkHandle sent, received, arrived;
+    if (more) {
+      next = Tensor::empty(pair, held.dtype(), held.device());
+      received = comm::irecv(cp, next, ring.left, kBackwardTag);
+      sent = comm::isend(cp, held, ring.right, kBackwardTag);
+    }
+    if (step > 0) { // the left neighbour's sum so far for the block held now
+      behind = Tensor::empty(pair, held.dtype(), held.device());
+      arrived = comm::irecv(cp, behind, ring.left, kGradientTag);
+    }
     const std::vector<int> theirs = chunks_of(ring.source(step), ring.n, split);
     const std::vector<Tensor> keys = pieces(slice(held, 0, 0, batch), theirs.size()),
                               values = pieces(slice(held, 0, batch, 2 * batch), theirs.size());
-    std::vector<Tensor> dk = pieces(slice(held, 0, 2 * batch, 3 * batch), theirs.size()),
-                        dv = pieces(slice(held, 0, 3 * batch, 4 * batch), theirs.size());
+    const Tensor zeros = Tensor::zeros(pair, held.dtype(), held.device());
+    std::vector<Tensor> dk = pieces(slice(zeros, 0, 0, batch), theirs.size()),
+                        dv = pieces(slice(zeros, 0, batch, 2 * batch), theirs.size());
     {
       metrics::TraceRecorder::Scope scope(trace.recorder, "ring",
                                           "backward step " + std::to_string(step), "attention");
@@ -162,29 +183,44 @@ autograd::Grads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
             attention_block_backward(queries[i], keys[j], values[j], grads[i], lses[i], deltas[i],
                                      /*diagonal=*/theirs[j] == mine[i], dq[i], dk[j], dv[j]);
     }
-    // The block moves on with its gradients; the last hop takes only the gradients home.
-    Tensor outgoing = step + 1 < ring.n
-                          ? concat({slice(held, 0, 0, 2 * batch), concat(dk, 2), concat(dv, 2)}, 0)
-                          : concat({concat(dk, 2), concat(dv, 2)}, 0);
-    if (ring.n > 1) {
-      const metrics::TraceClock::time_point posted = metrics::TraceClock::now();
-      Tensor incoming = Tensor::empty(outgoing.shape(), outgoing.dtype(), outgoing.device());
-      comm::WorkHandle received = comm::irecv(cp, incoming, ring.left, kBackwardTag);
-      comm::WorkHandle sent = comm::isend(cp, outgoing, ring.right, kBackwardTag);
+    Tensor share = concat({concat(dk, 2), concat(dv, 2)}, 0); // this rank's dk; dv
+    if (arrived) {
+      {
+        metrics::TraceRecorder::Scope scope(trace.recorder, "ring", "backward wait", "wait");
+        arrived->wait();
+      }
+      trace.transfer("backward: dk, dv from rank " + std::to_string(ring.left), posted,
+                     bytes_of(behind));
+      share = behind + share;
+    }
+    if (ring.n == 1)
+      return {concat(dq, 2), slice(share, 0, 0, batch), slice(share, 0, batch, 2 * batch)};
+    if (pass) pass->wait(); // the previous pass has left: its buffer may go
+    passed = share;
+    pass = comm::isend(cp, passed, ring.right, kGradientTag);
+    if (more) {
       {
         metrics::TraceRecorder::Scope scope(trace.recorder, "ring", "backward wait", "wait");
         received->wait();
         sent->wait();
       }
-      trace.transfer((step + 1 < ring.n ? "k, v, dk, dv to rank " : "dk, dv home to rank ") +
-                         std::to_string(ring.right),
-                     posted, bytes_of(outgoing));
-      outgoing = incoming;
+      trace.transfer("backward: k, v to rank " + std::to_string(ring.right), posted,
+                     bytes_of(held));
+      held = next;
     }
-    held = outgoing;
   }
-  // Home: held is [dk; dv] of this rank's own positions.
-  return {concat(dq, 2), slice(held, 0, 0, batch), slice(held, 0, batch, 2 * batch)};
+  // Home: the sums of this rank's own block, from the last rank that held it.
+  const metrics::TraceClock::time_point posted = metrics::TraceClock::now();
+  Tensor home = Tensor::empty(pair, held.dtype(), held.device());
+  comm::WorkHandle arrived = comm::irecv(cp, home, ring.left, kGradientTag);
+  {
+    metrics::TraceRecorder::Scope scope(trace.recorder, "ring", "backward wait", "wait");
+    arrived->wait();
+    pass->wait();
+  }
+  trace.transfer("backward: dk, dv home from rank " + std::to_string(ring.left), posted,
+                 bytes_of(home));
+  return {concat(dq, 2), slice(home, 0, 0, batch), slice(home, 0, batch, 2 * batch)};
 }
 
 } // namespace

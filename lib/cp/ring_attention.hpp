@@ -3,8 +3,8 @@
 // keys and values of its own positions; the key/value blocks travel around the ring, one hop a
 // step, while every rank computes its queries against the block it holds, and the partial results
 // are merged with the online softmax (each block's output weighted by exp(lse_block - lse_row)).
-// The backward runs the ring again: the blocks travel with their key and value gradients, which
-// come home after the last hop.
+// The backward runs the ring again: the blocks travel ahead as in the forward, and each block's
+// key and value gradients follow one step behind it, summed as they go, and come home at the end.
 //
 // The trap is the causal mask: which blocks a rank computes depends on the blocks' places in the
 // whole sequence, not on the ring step. With the sequence cut into N contiguous chunks, rank N-1
@@ -68,9 +68,9 @@ struct RingProbes {
 /// position before them, on every rank. q, k, v [B, H, T_local, D] hold this rank's positions
 /// (shard_sequence's order); returns [B, H, T_local, D]. Collective over `cp` in the forward and
 /// in the backward (one autograd node, "cp.ring_attention"). Each rank sends N-1 messages of
-/// 2·B·H·T_local·D values forward (k and v), and backward N-1 of 4·B·H·T_local·D (k, v and their
-/// gradients so far) and a last one of 2·B·H·T_local·D (the gradients going home). With one rank
-/// it is scaled_dot_product_attention. `probes` watch it (RingProbes).
+/// 2·B·H·T_local·D values forward (k and v), and backward N-1 of them (k and v again) and N of
+/// 2·B·H·T_local·D (the gradients so far, one step behind their block; the last pass goes home).
+/// With one rank it is scaled_dot_product_attention. `probes` watch it (RingProbes).
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, comm::Communicator& cp,
                       Split split = Split::LoadBalanced, RingProbes probes = {});
 

@@ -62,7 +62,7 @@ void print_ring_overlap(comm::Communicator& world, const metrics::TraceRecorder&
   if (world.rank() != 0) return;
   const metrics::Overlap ring = metrics::measure_overlap(events, "ring", "ring comm");
   std::printf("ring overlap: %.1f ms of %.1f ms ring transfers hidden behind attention (%.0f%%; "
-              "forward hops are posted before the step's attention, backward hops after it)\n",
+              "every hop is posted before a step's attention but the gradients' last, home)\n",
               ring.hidden_us * 1e-3, ring.comm_us * 1e-3, 100.0 * ring.fraction());
 }
 

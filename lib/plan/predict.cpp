@@ -93,8 +93,9 @@ struct StagePrice {
 // The exposed time of one layer's cp ring per micro-batch (chapter 14, cp::ring_attention).
 // Forward: cp - 1 hops of k and v (`hop` seconds each), each posted before the step's attention,
 // so only what outlasts the layer's attention core (4 b s^2 h / (t cp) FLOPs) shows. Backward:
-// cp - 1 hops of k, v and their gradients (`hop` x 2) and the last of the gradients home (`hop`),
-// each after the step's compute (tinyscale's backward ring does not overlap them).
+// cp - 1 hops of k and v and cp - 1 passes of their gradients, all posted before a step's
+// attention backward (twice the forward's FLOPs), so only what outlasts it shows, and the last
+// pass of the gradients home, which nothing hides.
 struct RingPrice {
   double forward = 0, backward = 0;
 };
@@ -104,7 +105,7 @@ RingPrice ring_price(const ModelShape& model, const PlanLayout& layout, double r
   const double s = static_cast<double>(model.seq), h = static_cast<double>(model.hidden);
   const double core = 4 * layout.micro_batch * s * s * h / (layout.tp * layout.cp) / rate;
   const double n = layout.cp;
-  return {std::max(0.0, (n - 1) * hop - core), (n - 1) * 2 * hop + hop};
+  return {std::max(0.0, (n - 1) * hop - core), std::max(0.0, (n - 1) * 2 * hop - 2 * core) + hop};
 }
 
 // Per virtual stage and micro-batch: layer matmuls (the backward is 2x the forward, split evenly

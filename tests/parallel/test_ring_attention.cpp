@@ -85,7 +85,7 @@ TEST_CASE("Load-balanced chunks: rank i holds chunks i and 2N-1-i, and every ran
 }
 
 TEST_CASE("Each rank of the ring sends N-1 messages of 2 B H T_local D values forward, then N-1 "
-          "of 4 and one of 2 backward",
+          "of them and N of the gradients backward",
           "[parallel][cp]") {
   const int n = 4;
   const std::int64_t B = 2, H = 2, T = 24, D = 8, local = T / n;
@@ -113,8 +113,9 @@ TEST_CASE("Each rank of the ring sends N-1 messages of 2 B H T_local D values fo
       comm::testing::test_options()));
   for (int r = 0; r < n; ++r) {
     INFO("rank " << r);
-    CHECK(seen[r] == std::vector<std::int64_t>{n - 1, (n - 1) * 2 * block, n,
-                                               (n - 1) * 4 * block + 2 * block});
+    // backward: k, v ahead (N-1) and dk, dv one step behind (N, the last one home)
+    CHECK(seen[r] == std::vector<std::int64_t>{n - 1, (n - 1) * 2 * block, 2 * n - 1,
+                                               (n - 1) * 2 * block + n * 2 * block});
   }
 }
 

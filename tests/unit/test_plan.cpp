@@ -24,6 +24,17 @@ tinyscale::mesh::Topology topology(const std::string& file) {
 // "| 12 ": the first cell of row 12 of a plan table.
 std::string row_cell(std::size_t n) { return "| " + std::to_string(n) + " "; }
 
+// A small GPT: 2 layers, h 1024, 8 heads, V 1024, s 512.
+ModelShape toy_model() {
+  return {.name = "toy",
+          .layers = 2,
+          .hidden = 1024,
+          .heads = 8,
+          .vocab = 1024,
+          .seq = 512,
+          .note = ""};
+}
+
 Cluster cluster_of(const std::string& file, const std::string& device) {
   Cluster c;
   c.topology = topology(file);
@@ -103,13 +114,7 @@ TEST_CASE("a100's sustained rate is Korthikanti Table 4's layer without its forw
 TEST_CASE("a tp 2 x dp 2 step adds up by hand: compute + 4 all-reduces per layer + gradients",
           "[unit][plan]") {
   // A small GPT on 4 GPUs of one 8-GPU NVLink node: 2 layers, h 1024, 8 heads, V 1024, s 512.
-  const ModelShape m{.name = "toy",
-                     .layers = 2,
-                     .hidden = 1024,
-                     .heads = 8,
-                     .vocab = 1024,
-                     .seq = 512,
-                     .note = ""};
+  const ModelShape m = toy_model();
   const Cluster c = cluster_of("dgx-h100-ib.toml", "h100");
   const PlanLayout l{.dp = 2, .tp = 2, .micro_batch = 2, .micro_batches = 3};
   const Prediction p = predict(m, l, c);
@@ -343,13 +348,7 @@ TEST_CASE("a cp 2 step adds up by hand: half the compute, the ring's hops, activ
           "the s x s maps",
           "[unit][plan][cp]") {
   // The toy GPT of the tp 2 x dp 2 case on 2 GPUs of one NVLink node: cp 2 against one GPU.
-  const ModelShape m{.name = "toy",
-                     .layers = 2,
-                     .hidden = 1024,
-                     .heads = 8,
-                     .vocab = 1024,
-                     .seq = 512,
-                     .note = ""};
+  const ModelShape m = toy_model();
   const Cluster c = cluster_of("dgx-h100-ib.toml", "h100");
   const PlanLayout one{.micro_batch = 2, .micro_batches = 3};
   const PlanLayout two{.cp = 2, .micro_batch = 2, .micro_batches = 3};
@@ -360,10 +359,12 @@ TEST_CASE("a cp 2 step adds up by hand: half the compute, the ring's hops, activ
   CHECK(p2.compute_seconds == Approx(p1.compute_seconds / 2));
   // The ring, per layer and micro-batch: one hop forward of k and v, 2 b (s/2) h bf16 bytes on
   // NVLink, hidden under the attention core (4 b s^2 h / 2 FLOPs) when shorter; backward one hop
-  // of k, v, dk, dv (two hops' time) and one of the gradients home, not hidden.
+  // of k, v and one pass of their gradients under the attention backward (twice the core), and
+  // the gradients' pass home, not hidden.
   const double hop = 3.4e-6 + 2 * b * (s / 2) * h * 2 / 450e9;
   const double core = 4 * b * s * s * h / 2 / rate;
-  const double forward = std::max(0.0, hop - core), backward = 2 * hop + hop;
+  const double forward = std::max(0.0, hop - core);
+  const double backward = std::max(0.0, 2 * hop - 2 * core) + hop;
   CHECK(p2.cp_seconds == Approx(3 * 2 * (forward + backward)));
   CHECK(p2.cp_link.name == "nvlink");
   // Gradients over dp x cp: the whole model's, all-reduced over the 2 cp ranks.
