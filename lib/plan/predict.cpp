@@ -44,8 +44,8 @@ Link slowest_link(const mesh::MeshLayout& mesh, const mesh::Topology& topology,
 // (2 (p-1) (alpha + M/B)), is slowest where a send/recv is. The ring includes the hop from the
 // last stage back to the first, which only the interleaved schedule uses: a cautious price for
 // the others.
-// A cp ring hop carries a rank's k and v (2 activation / t); priced like pp, as the ring's
-// all-reduce of cp hops.
+// The cp group's slowest link is the one place() finds for a ring of cp hops, each a rank's k and
+// v (2 activation / t); the hop itself is priced in predict() as one send/recv on that link.
 struct GroupLinks {
   Link tp, pp, ep, dp, expert_dp, cp;
 };
@@ -90,12 +90,13 @@ struct StagePrice {
   }
 };
 
-// The exposed time of one layer's cp ring per micro-batch (chapter 14, cp::ring_attention).
-// Forward: cp - 1 hops of k and v (`hop` seconds each), each posted before the step's attention,
-// so only what outlasts the layer's attention core (4 b s^2 h / (t cp) FLOPs) shows. Backward:
-// cp - 1 hops of k and v and cp - 1 passes of their gradients, all posted before a step's
-// attention backward (twice the forward's FLOPs), so only what outlasts it shows, and the last
-// pass of the gradients home, which nothing hides.
+// The exposed time of one layer's cp ring per micro-batch (chapter 14, cp::ring_attention). A
+// rank's causal attention core is 2 b s^2 h / (t cp) FLOPs (half of QK^T and AV over the whole
+// sequence, shared equally by the balanced cut), one cp-th of it per ring step. Forward: cp - 1
+// hops of k and v (`hop` seconds each), each posted before one step's attention, so only what
+// outlasts that step shows. Backward: per step but the last, one hop of k and v and one pass of
+// their gradients, posted before the step's attention backward (twice the forward's FLOPs), and
+// the last pass of the gradients home, which nothing hides.
 struct RingPrice {
   double forward = 0, backward = 0;
 };
@@ -103,9 +104,9 @@ struct RingPrice {
 RingPrice ring_price(const ModelShape& model, const PlanLayout& layout, double rate, double hop) {
   if (layout.cp == 1) return {};
   const double s = static_cast<double>(model.seq), h = static_cast<double>(model.hidden);
-  const double core = 4 * layout.micro_batch * s * s * h / (layout.tp * layout.cp) / rate;
   const double n = layout.cp;
-  return {std::max(0.0, (n - 1) * hop - core), std::max(0.0, (n - 1) * 2 * hop - 2 * core) + hop};
+  const double step = 2 * layout.micro_batch * s * s * h / (layout.tp * n) / n / rate;
+  return {(n - 1) * std::max(0.0, hop - step), (n - 1) * std::max(0.0, 2 * hop - 2 * step) + hop};
 }
 
 // Per virtual stage and micro-batch: layer matmuls (the backward is 2x the forward, split evenly

@@ -173,7 +173,7 @@ std::vector<PlanLayout> enumerate_layouts(const ModelShape& model, const SearchS
             std::vector<PlanLayout> legal; // in schedule, then ZeRO order
             for (const auto& [kind, v] : schedules) {
               for (int zero = 0; zero <= 3; ++zero) {
-                if (!allowed(space.zero, zero) || (zero > 0 && dp * ep == 1)) continue;
+                if (!allowed(space.zero, zero) || (zero > 0 && dp * ep * cp == 1)) continue;
                 PlanLayout layout{.dp = dp,
                                   .tp = tp,
                                   .pp = pp,

@@ -130,7 +130,8 @@ TEST_CASE("train --cp through make_run equals one rank, and check_plan refuses w
   with_sp.tp = 2;
   with_sp.sequence_parallel = true;
   REQUIRE_TS_ERROR(fourd::check_plan(with_sp.for_world(8), config),
-                   Contains("not yet with --ep, --sp or --zero 2 or 3"));
+                   Contains("not yet composed with --ep, --sp or --zero 2 or 3") &&
+                       Contains("found --ep 1, --sp"));
   mesh::ParallelPlan with_zero3 = plan;
   with_zero3.zero = 3;
   REQUIRE_TS_ERROR(fourd::check_plan(with_zero3.for_world(4), config),

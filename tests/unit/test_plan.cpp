@@ -358,13 +358,13 @@ TEST_CASE("a cp 2 step adds up by hand: half the compute, the ring's hops, activ
   // and half of the logits.
   CHECK(p2.compute_seconds == Approx(p1.compute_seconds / 2));
   // The ring, per layer and micro-batch: one hop forward of k and v, 2 b (s/2) h bf16 bytes on
-  // NVLink, hidden under the attention core (4 b s^2 h / 2 FLOPs) when shorter; backward one hop
-  // of k, v and one pass of their gradients under the attention backward (twice the core), and
-  // the gradients' pass home, not hidden.
+  // NVLink, hidden under one ring step's causal attention (2 b s^2 h / 2 FLOPs per rank, half
+  // of it per step) when shorter; backward one hop of k, v and one pass of their gradients under
+  // the step's attention backward (twice that), and the gradients' pass home, not hidden.
   const double hop = 3.4e-6 + 2 * b * (s / 2) * h * 2 / 450e9;
-  const double core = 4 * b * s * s * h / 2 / rate;
-  const double forward = std::max(0.0, hop - core);
-  const double backward = std::max(0.0, 2 * hop - 2 * core) + hop;
+  const double step = 2 * b * s * s * h / 2 / 2 / rate;
+  const double forward = std::max(0.0, hop - step);
+  const double backward = std::max(0.0, 2 * hop - 2 * step) + hop;
   CHECK(p2.cp_seconds == Approx(3 * 2 * (forward + backward)));
   CHECK(p2.cp_link.name == "nvlink");
   // Gradients over dp x cp: the whole model's, all-reduced over the 2 cp ranks.
