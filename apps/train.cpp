@@ -455,11 +455,12 @@ void add_train(CLI::App& app) {
                   "dp/ep x micro_batches micro-batches)")
       ->capture_default_str()
       ->check(CLI::IsMember({"local", "global"}));
-  cmd->add_option("--cp", opt->plan.cp,
-                  "Context-parallel ranks: every sequence cut over N ranks, attention as a ring "
-                  "passing keys and values around them (lib/cp); with --dp the world is dp x cp "
-                  "(cp innermost); with --tp, --pp or --zero 1 chapter 10's composed run. Dense "
-                  "models only, not yet with --ep, --sp or --trace")
+  cmd->add_option(
+         "--cp", opt->plan.cp,
+         "Context-parallel ranks: every sequence cut over N ranks, attention as a ring "
+         "passing keys and values around them (lib/cp); with --dp the world is dp x cp "
+         "(cp innermost); with --tp, --pp, --ep or --zero 1 chapter 10's composed run. MoE "
+         "routers pool their decision over the cp ranks. Not yet with --sp or --zero 2/3")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--cp-split", opt->plan.cp_split,
                   "With --cp: load-balanced (2N chunks, rank r holds chunks r and 2N-1-r: equal "

@@ -69,6 +69,10 @@ inline double ring_attention_error(comm::Communicator& cp, cp::Split split, DTyp
 struct CpRecord {
   RunRecord run;
   double val_loss = 0;
+  /// Per step, the MoE figures one rank reports (the whole batch): every layer's assignments,
+  /// dropped assignments and tokens per expert, then its aux and z losses.
+  std::vector<std::vector<std::int64_t>> moe_counts;
+  std::vector<std::vector<double>> moe_losses;
 };
 
 /// Steps `trainer` (train::Trainer or cp::CpTrainer) through config.train.steps and records it.
@@ -78,6 +82,17 @@ CpRecord record_run(TrainerT& trainer, const nn::ParameterList& params, std::int
   for (std::int64_t s = 0; s < steps; ++s) {
     const train::StepResult step = trainer.train_step();
     r.run.losses.push_back(step.loss);
+    std::vector<std::int64_t> counts;
+    std::vector<double> losses;
+    for (const nn::MoeLayerStats& m : step.moe) {
+      counts.push_back(m.assignments);
+      counts.push_back(m.dropped);
+      counts.insert(counts.end(), m.tokens_per_expert.begin(), m.tokens_per_expert.end());
+      losses.push_back(m.aux_loss);
+      losses.push_back(m.z_loss);
+    }
+    r.moe_counts.push_back(counts);
+    r.moe_losses.push_back(losses);
     r.run.grad_norms.push_back(step.grad_norm);
     if (s == 0) record_grads(r.run, params);
   }
@@ -110,6 +125,14 @@ inline CpRecord cp_run(comm::Communicator& world, int cp_size, const io::RunConf
 inline std::string compare_cp(const CpRecord& want, const CpRecord& got, double tolerance) {
   const std::string runs = compare_runs(want.run, got.run, tolerance);
   if (!runs.empty()) return runs;
+  if (got.moe_counts != want.moe_counts)
+    return "the MoE layers' counts (assignments, dropped, tokens per expert) differ from one "
+           "rank's";
+  for (std::size_t s = 0; s < want.moe_losses.size(); ++s)
+    for (std::size_t i = 0; i < want.moe_losses[s].size(); ++i)
+      if (got.moe_losses[s].size() != want.moe_losses[s].size() ||
+          relative_error(got.moe_losses[s][i], want.moe_losses[s][i]) > tolerance)
+        return "step " + std::to_string(s + 1) + ": a MoE layer's aux or z loss differs";
   if (relative_error(got.val_loss, want.val_loss) > tolerance)
     return "validation loss: expected " + std::to_string(want.val_loss) + " (one rank), found " +
            std::to_string(got.val_loss);

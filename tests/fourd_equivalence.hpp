@@ -88,6 +88,7 @@ inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& con
   if (l.ep > 1) {
     axes.ep = &mesh.group(mesh::Axis::Ep);
     axes.expert_data_parallel = &mesh.group("dp x cp");
+    axes.dp = &mesh.group(mesh::Axis::Dp);
     axes.capacity = l.capacity;
     axes.experts_over_dense_group = l.experts_over_dense_group;
   }

@@ -19,20 +19,66 @@ nn::SequenceChunks sequence_chunks(int rank, int size, Split split, std::int64_t
   return chunks;
 }
 
-Tensor whole_rows_mean(comm::Communicator& cp, const Tensor& local_sum, std::int64_t tokens) {
+namespace {
+// Megatron's g over cp: the sum forward, each rank's own share (the identity) backward.
+Tensor sum_over(comm::Communicator& cp, const Tensor& partial) {
   auto forward = [&cp](const std::vector<Tensor>& in) {
     Tensor sum = in[0].clone();
     comm::all_reduce(cp, sum);
     return sum;
   };
   auto backward = [](const Tensor& grad) { return autograd::Grads{grad}; };
-  return custom_function("cp.sum", {local_sum}, forward, backward) / static_cast<double>(tokens);
+  return custom_function("cp.sum", {partial}, forward, backward);
 }
+} // namespace
+
+Tensor whole_rows_mean(comm::Communicator& cp, const Tensor& local_sum, std::int64_t tokens) {
+  return sum_over(cp, local_sum) / static_cast<double>(tokens);
+}
+
+CpSequenceGroup::CpSequenceGroup(comm::Communicator& cp, Split split, std::int64_t seq_len)
+    : cp_(&cp), split_(split), seq_len_(seq_len) {
+  (void)sequence_chunks(cp.rank(), cp.size(), split, seq_len); // checks the cut
+}
+
+std::vector<std::int64_t> CpSequenceGroup::index_of(int rank, std::int64_t rows) const {
+  const nn::SequenceChunks c = sequence_chunks(rank, cp_->size(), split_, seq_len_);
+  const std::int64_t local = c.length * static_cast<std::int64_t>(c.starts.size());
+  std::vector<std::int64_t> index;
+  index.reserve(static_cast<std::size_t>(rows * local));
+  for (std::int64_t b = 0; b < rows; ++b)
+    for (std::int64_t t = 0; t < local; ++t)
+      index.push_back(b * seq_len_ + c.starts[static_cast<std::size_t>(t / c.length)] +
+                      t % c.length);
+  return index;
+}
+
+std::vector<std::int64_t> CpSequenceGroup::gather_tokens(const std::vector<std::int64_t>& mine,
+                                                         std::int64_t rows, int per_token) const {
+  const auto n = static_cast<std::size_t>(per_token);
+  TS_CHECK(rows > 0 && per_token > 0 &&
+               mine.size() == static_cast<std::size_t>(rows * seq_len_ / cp_->size()) * n,
+           "CpSequenceGroup::gather_tokens: expected ", per_token, " values for each of ", rows,
+           " rows x ", seq_len_ / cp_->size(), " positions, found ", mine.size(), " values");
+  const std::vector<std::int64_t> all = comm::all_gather_values(*cp_, mine);
+  std::vector<std::int64_t> whole(static_cast<std::size_t>(rows * seq_len_) * n);
+  for (int r = 0; r < cp_->size(); ++r) {
+    const std::vector<std::int64_t> index = index_of(r, rows);
+    const std::int64_t* from = all.data() + static_cast<std::size_t>(r) * mine.size();
+    for (std::size_t t = 0; t < index.size(); ++t)
+      for (std::size_t j = 0; j < n; ++j)
+        whole[static_cast<std::size_t>(index[t]) * n + j] = from[t * n + j];
+  }
+  return whole;
+}
+
+Tensor CpSequenceGroup::sum(const Tensor& partial) const { return sum_over(*cp_, partial); }
 
 CpGPT::CpGPT(const nn::ModelConfig& config, std::uint64_t seed, comm::Communicator& cp, Split split,
              std::int64_t seq_len, metrics::TraceRecorder* trace)
     : gpt_(config, seed), cp_(&cp), split_(split), ring_(cp, split, trace),
-      chunks_(sequence_chunks(cp.rank(), cp.size(), split, seq_len)) {}
+      chunks_(sequence_chunks(cp.rank(), cp.size(), split, seq_len)),
+      sequence_(cp, split, seq_len) {}
 
 Tensor CpGPT::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
   TS_CHECK(ids.rank() == 2 && ids.size(1) == chunks_.seq_len,
@@ -46,6 +92,7 @@ nn::FeedForwardOutput CpGPT::block(int layer, const Tensor& x,
   nn::ForwardContext here = ctx;
   here.attention = &ring_;
   here.chunks = &chunks_;
+  here.sequence = &sequence_;
   comm::CountingRegion region(*cp_, "block");
   return gpt_.block(layer, x, here);
 }

@@ -27,6 +27,28 @@ nn::SequenceChunks sequence_chunks(int rank, int size, Split split, std::int64_t
 /// whole rows' count.
 Tensor whole_rows_mean(comm::Communicator& cp, const Tensor& local_sum, std::int64_t tokens);
 
+/// A cp group as the sequence group MoE routers pool over (nn::SequenceGroup): rank r holds
+/// chunks_of(r) of every row of seq_len positions. Used by CpGPT and the composed runs' stages.
+class CpSequenceGroup final : public nn::SequenceGroup {
+public:
+  /// `cp` must outlive the group; seq_len must cut into the split's chunks.
+  CpSequenceGroup(comm::Communicator& cp, Split split, std::int64_t seq_len);
+  std::vector<std::int64_t> gather_tokens(const std::vector<std::int64_t>& mine, std::int64_t rows,
+                                          int per_token) const override;
+  std::vector<std::int64_t> token_index(std::int64_t rows) const override {
+    return index_of(cp_->rank(), rows);
+  }
+  Tensor sum(const Tensor& partial) const override;
+
+private:
+  /// Where each token of rank `rank`'s `rows` rows stands among the whole rows' tokens.
+  std::vector<std::int64_t> index_of(int rank, std::int64_t rows) const;
+
+  comm::Communicator* cp_;
+  Split split_;
+  std::int64_t seq_len_;
+};
+
 /// The ring attention of a cp group as the attention every block uses (nn::AttentionCore).
 class RingAttentionCore final : public nn::AttentionCore {
 public:
@@ -47,7 +69,9 @@ private:
   mutable RingWork work_;
 };
 
-/// GPT over a cp group: this rank's positions of every sequence of train.seq_len positions.
+/// GPT over a cp group: this rank's positions of every sequence of train.seq_len positions. A MoE
+/// layer's router pools its decision over the group (CpSequenceGroup), so capacity, the balancing
+/// and z losses and the layer's statistics are the whole rows', as one rank's.
 class CpGPT final : public nn::Model {
 public:
   /// `cp` (and `trace`, optional: the ring's events) must outlive the model; seq_len must cut
@@ -80,6 +104,7 @@ private:
   Split split_;
   RingAttentionCore ring_;
   nn::SequenceChunks chunks_;
+  CpSequenceGroup sequence_; // the MoE routers' pool
 };
 
 } // namespace tinyscale::cp

@@ -13,9 +13,6 @@ void check_cp_layout(const io::RunConfig& config, int cp, Split split) {
            count, " equal chunks (--cp ", cp, ", ", split_name(split),
            "); choose train.seq_len as a multiple of ", count,
            split == Split::LoadBalanced ? ", or --cp-split contiguous" : "");
-  TS_CHECK(config.model.moe.n_experts == 0, "context parallelism: this version runs dense ",
-           "models only (an MoE router's capacity would count one rank's positions); found ",
-           "model.moe.n_experts = ", config.model.moe.n_experts, "; leave --cp out for MoE");
 }
 
 Split parse_split(const std::string& name) {

@@ -16,9 +16,8 @@
 
 namespace tinyscale::cp {
 
-/// The layout rules of context parallelism, before anything is built: train.seq_len cuts into
-/// the split's chunks, and a dense model (an MoE router's capacity would count this rank's
-/// positions only). The batch rule is train::check_batch_split's, over the dp ranks.
+/// The layout rule of context parallelism, before anything is built: train.seq_len cuts into
+/// the split's chunks. The batch rule is train::check_batch_split's, over the dp ranks.
 void check_cp_layout(const io::RunConfig& config, int cp, Split split);
 
 /// "load-balanced" or "contiguous" -> the Split; throws naming both for anything else.

@@ -66,45 +66,54 @@ void assign_global_capacity(moe::Routing& routing, int k, int n_experts, std::in
   // EXERCISE 8.4 end
 }
 
+std::vector<double> pooled_fractions(const std::vector<std::int64_t>& all_counts, int k,
+                                     int n_experts) {
+  const auto E = static_cast<std::size_t>(n_experts);
+  std::vector<double> f(E, 0.0);
+  double total = 0;
+  for (std::size_t i = 0; i < all_counts.size(); ++i) {
+    f[i % E] += static_cast<double>(all_counts[i]);
+    total += static_cast<double>(all_counts[i]);
+  }
+  TS_CHECK(total > 0 && all_counts.size() % (static_cast<std::size_t>(k) * E) == 0,
+           "pooled_fractions: expected ep x k x E counts with E = ", E, ", found ",
+           all_counts.size(), " counts summing to ", total);
+  for (double& x : f) x /= total; // f_i over all ranks' assignments (Megatron-Core's N k)
+  return f;
+}
+
 Tensor pooled_load_balancing_loss(const Tensor& probs, const std::vector<std::int64_t>& all_counts,
                                   int k) {
   const std::int64_t E = probs.size(1);
-  std::vector<double> f(static_cast<std::size_t>(E), 0.0);
-  double total = 0;
-  for (std::size_t i = 0; i < all_counts.size(); ++i) {
-    f[i % static_cast<std::size_t>(E)] += static_cast<double>(all_counts[i]);
-    total += static_cast<double>(all_counts[i]);
-  }
-  TS_CHECK(total > 0 && static_cast<std::int64_t>(all_counts.size()) % (k * E) == 0,
-           "pooled_load_balancing_loss: expected ep x k x E counts with E = ", E, ", found ",
-           all_counts.size(), " counts summing to ", total);
-  for (double& x : f) x /= total; // f_i over all ranks' assignments (Megatron-Core's N k)
+  const std::vector<double> f = pooled_fractions(all_counts, k, static_cast<int>(E));
   const Tensor fraction = Tensor::from_vector(f, Shape({E}), probs.dtype(), probs.device());
   return sum(mean(probs, {0}) * fraction) * static_cast<double>(E);
 }
 
-void apply_global_capacity(moe::Routing& routing, comm::Communicator& ep,
-                           const nn::MoeConfig& config, Device device) {
-  const int k = config.top_k, E = config.n_experts;
-  const std::vector<std::int64_t> mine = choice_counts(routing.expert, k, E);
-  const Tensor gathered = comm::all_gather(
-      ep, Tensor::from_ids(mine, Shape({static_cast<std::int64_t>(mine.size())}), device));
-  const std::vector<double> values = gathered.to_vector();
-  const std::vector<std::int64_t> all(values.begin(), values.end());
-  // Every rank routes a micro-batch of the same size (EpTrainer's rows), so the pool holds
-  // ep x N tokens; check it, since a different N would make the ranks disagree.
-  const auto tokens = static_cast<std::int64_t>(routing.expert.size()) / k;
-  for (int s = 0; s < ep.size(); ++s) {
-    std::int64_t n = 0;
-    for (int i = 0; i < k * E; ++i) n += all[static_cast<std::size_t>(s * k * E + i)];
-    TS_CHECK(n == tokens * k, "global expert capacity: expected every ep rank to route ", tokens,
-             " tokens (", tokens * k, " assignments), found ", n, " assignments on ep rank ", s,
-             "; the ranks of an ep group must run micro-batches of the same size");
-  }
-  assign_global_capacity(routing, k, E,
-                         moe::expert_capacity(config.capacity_factor, tokens * ep.size(), k, E),
-                         all, ep.rank());
-  routing.aux_loss = pooled_load_balancing_loss(routing.probs, all, k) * config.aux_loss_coeff;
+moe::CapacityRule global_capacity(comm::Communicator& ep, const nn::MoeConfig& config,
+                                  Device device) {
+  return [&ep, config, device](moe::Routing& whole) {
+    const int k = config.top_k, E = config.n_experts;
+    const std::vector<std::int64_t> mine = choice_counts(whole.expert, k, E);
+    const Tensor gathered = comm::all_gather(
+        ep, Tensor::from_ids(mine, Shape({static_cast<std::int64_t>(mine.size())}), device));
+    const std::vector<double> values = gathered.to_vector();
+    const std::vector<std::int64_t> all(values.begin(), values.end());
+    // Every rank routes a micro-batch of the same size (EpTrainer's rows), so the pool holds
+    // ep x N tokens; check it, since a different N would make the ranks disagree.
+    const auto tokens = static_cast<std::int64_t>(whole.expert.size()) / k;
+    for (int s = 0; s < ep.size(); ++s) {
+      std::int64_t n = 0;
+      for (int i = 0; i < k * E; ++i) n += all[static_cast<std::size_t>(s * k * E + i)];
+      TS_CHECK(n == tokens * k, "global expert capacity: expected every ep rank to route ", tokens,
+               " tokens (", tokens * k, " assignments), found ", n, " assignments on ep rank ", s,
+               "; the ranks of an ep group must run micro-batches of the same size");
+    }
+    assign_global_capacity(whole, k, E,
+                           moe::expert_capacity(config.capacity_factor, tokens * ep.size(), k, E),
+                           all, ep.rank());
+    return pooled_fractions(all, k, E);
+  };
 }
 
 } // namespace tinyscale::ep

@@ -3,9 +3,10 @@
 // - Local: every rank applies chapter 03's capacity to its own micro-batch of N tokens, as one
 //   rank does for that micro-batch. Nothing but the dispatch counts is exchanged.
 // - Global: the ep ranks' micro-batches count as one micro-batch of ep x N tokens (rank 0's
-//   tokens first). One all-gather of every rank's counts per (choice, expert) lets each rank
-//   decide alone, and in agreement with the others, which of its assignments one rank would keep
-//   for the pooled micro-batch; the load-balancing loss uses the pooled fractions.
+//   tokens first; with context parallelism each micro-batch is its whole rows). One all-gather of
+//   every rank's counts per (choice, expert) lets each rank decide alone, and in agreement with the
+//   others, which of its assignments one rank would keep for the pooled micro-batch; the
+//   load-balancing loss uses the pooled fractions.
 // The easy thing to get wrong: GShard's priority serves every first choice of the pooled
 // micro-batch before any second choice, so a rank's second choices queue behind the first choices
 // of every rank (later ranks included), while its first choices queue behind those of the ranks
@@ -41,16 +42,22 @@ std::vector<std::int64_t> choice_counts(const std::vector<std::int64_t>& expert,
 void assign_global_capacity(moe::Routing& routing, int k, int n_experts, std::int64_t capacity,
                             const std::vector<std::int64_t>& all_counts, int rank);
 
+/// The pooled fractions f_i: all ranks' assignments to expert i over all their assignments, from
+/// `all_counts` [ep x k x E].
+std::vector<double> pooled_fractions(const std::vector<std::int64_t>& all_counts, int k,
+                                     int n_experts);
+
 /// The Switch load-balancing loss (without its coefficient) of this rank's router probabilities
-/// [N, E] against the pooled fractions f_i (all ranks' assignments to expert i over all their
-/// assignments): E * sum_i f_i * P_i, P_i this rank's mean probability. Averaged over the ranks
-/// (equal N) it is the pooled micro-batch's loss, so each rank adds its own with its usual weight.
+/// [N, E] against the pooled fractions f_i: E * sum_i f_i * P_i, P_i this rank's mean
+/// probability. Averaged over the ranks (equal N) it is the pooled micro-batch's loss, so each
+/// rank adds its own with its usual weight (what moe::route computes under global_capacity).
 Tensor pooled_load_balancing_loss(const Tensor& probs, const std::vector<std::int64_t>& all_counts,
                                   int k);
 
-/// Collective over `ep`: replaces a local routing's capacity decision and aux loss by the global
-/// ones (one all-gather of k x E counts, on `device`).
-void apply_global_capacity(moe::Routing& routing, comm::Communicator& ep,
-                           const nn::MoeConfig& config, Device device);
+/// Global capacity as moe::route's capacity rule. Collective over `ep` when the rule runs: one
+/// all-gather of the k x E counts of this rank's whole rows (on `device`), then
+/// assign_global_capacity; the rule returns the pooled fractions for the balancing loss.
+moe::CapacityRule global_capacity(comm::Communicator& ep, const nn::MoeConfig& config,
+                                  Device device);
 
 } // namespace tinyscale::ep

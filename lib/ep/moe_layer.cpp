@@ -56,9 +56,11 @@ nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
   // 1. Route on this rank, as one rank would: top-k, gates, and capacity from this micro-batch
   //    (local) or from the ep group's counts for the pooled micro-batch (global). Evaluation
   //    runs the same whole batch on every rank, so its local rule already is one rank's.
-  moe::Routing r = moe::route(tokens, router_weight_, config_);
+  //    With context parallelism (ctx.sequence) the decision covers the rows' other positions.
+  moe::RoutingScope scope{ctx.sequence, B, {}};
   if (capacity_ == CapacityScope::Global && ctx.training)
-    apply_global_capacity(r, *ep_, config_, whole.device());
+    scope.capacity = global_capacity(*ep_, config_, whole.device());
+  const moe::Routing r = moe::route(tokens, router_weight_, config_, scope);
 
   // 2. Dispatch: counts first (every rank learns what it will receive), then the rows.
   auto start = clock::now();
@@ -87,8 +89,8 @@ nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
   if (tp_) {
     if (sequence_parallel) y = tp::scatter_to_sequence(y, *tp_->group);
     y = tp::residual_dropout(y, dropout_, ctx, name_, *tp_);
-  } else if (ctx.training && dropout_ > 0) {
-    y = dropout(y, dropout_, ctx.dropout_rng(name_, T * C));
+  } else {
+    y = ctx.dropout(y, dropout_, name_);
   }
 
   if (load_ != nullptr) {
@@ -105,15 +107,8 @@ nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
           recv.recv_rows[static_cast<std::size_t>(j)];
     }
   }
-  nn::MoeLayerStats stats; // this rank's tokens, as one rank reports a micro-batch
-  stats.layer = layer_;
-  stats.assignments = N * k;
-  stats.dropped = r.dropped;
-  for (const auto& kept : r.kept)
-    stats.tokens_per_expert.push_back(static_cast<std::int64_t>(kept.size()));
-  stats.aux_loss = r.aux_loss.item();
-  stats.z_loss = r.z_loss.item();
-  return nn::FeedForwardOutput{y, r.aux_loss, r.z_loss, stats};
+  // this rank's rows, as one rank reports a micro-batch
+  return nn::FeedForwardOutput{y, r.aux_loss, r.z_loss, moe::layer_stats(r, layer_)};
 }
 
 Tensor EpMoeFeedForward::run_experts(const Tensor& received,

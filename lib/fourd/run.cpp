@@ -66,6 +66,7 @@ public:
     if (plan.ep > 1) {
       axes.ep = &mesh_.group(mesh::Axis::Ep);
       axes.expert_data_parallel = &mesh_.group("dp x cp");
+      axes.dp = &mesh_.group(mesh::Axis::Dp);
       axes.placement = ep::parse_placement(plan.ep_placement);
       axes.capacity = ep::parse_capacity_scope(plan.ep_capacity);
     }

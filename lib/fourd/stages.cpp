@@ -50,6 +50,7 @@ MeshStages::MeshStages(const io::RunConfig& config, MeshAxes axes)
     ring_.emplace(*axes.cp, axes.cp_split, axes.trace);
     chunks_ =
         cp::sequence_chunks(axes.cp->rank(), axes.cp->size(), axes.cp_split, config.train.seq_len);
+    sequence_.emplace(*axes.cp, axes.cp_split, config.train.seq_len);
   }
 }
 
@@ -68,6 +69,7 @@ nn::FeedForwardOutput MeshStages::block(int layer, const Tensor& x,
   nn::ForwardContext here = ctx;
   here.attention = &*ring_;
   here.chunks = &chunks_;
+  here.sequence = &*sequence_;
   return model_.block(layer, x, here);
 }
 
@@ -89,8 +91,10 @@ std::int64_t MeshStages::first_row(int micro_batch, std::int64_t rows, int micro
                                    int data_parallel_rank) const {
   if (axes_.ep == nullptr)
     return pp::StageModel::first_row(micro_batch, rows, micro_batches, data_parallel_rank);
-  // expert-data-parallel group g, micro-batch j, ep rank i: rows from ((g m + j) ep + i) rows
-  const std::int64_t g = axes_.expert_data_parallel->rank(), i = axes_.ep->rank();
+  // dp rank g, micro-batch j, ep rank i: rows from ((g m + j) ep + i) rows (every cp rank the
+  // same rows: its own positions of them)
+  const std::int64_t g = (axes_.dp != nullptr ? axes_.dp : axes_.expert_data_parallel)->rank();
+  const std::int64_t i = axes_.ep->rank();
   return ((g * micro_batches + micro_batch) * axes_.ep->size() + i) * rows;
 }
 

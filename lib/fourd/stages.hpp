@@ -3,7 +3,8 @@
 // wrong: the norm. A tp-replicated parameter (LayerNorm, wpe, router, row-parallel bias) counts
 // on one tp rank, a dense one on one ep rank (unless ZeRO-1 sliced it), shards and experts on
 // every rank; and experts' gradients are summed over dp x cp, not dp x cp x ep. With context
-// parallelism (chapter 14) each rank holds its chunks of every row, as cp::CpGPT does.
+// parallelism (chapter 14) each rank holds its chunks of every row, as cp::CpGPT does, and the
+// routers pool their decisions over the cp group.
 #pragma once
 
 #include "comm/communicator.hpp"
@@ -30,6 +31,9 @@ struct MeshAxes {
   comm::Communicator* ep = nullptr; ///< the ep group (null: no expert parallelism)
   /// The ranks holding the same experts (the mesh's "dp x cp"); with ep only.
   comm::Communicator* expert_data_parallel = nullptr;
+  /// The dp group, whose rank picks an ep group's rows (null: expert_data_parallel's rank, the
+  /// same without cp).
+  comm::Communicator* dp = nullptr;
   ep::PlacementKind placement = ep::PlacementKind::Contiguous;
   ep::CapacityScope capacity = ep::CapacityScope::Local;
   /// For tests only: sum the experts' gradients over the pipeline's data-parallel group
@@ -80,8 +84,9 @@ private:
   tp::TpGPT model_;
   tp::TpShardMap tp_shards_;                    // where tp puts each parameter (checkpoints)
   std::optional<ep::ExpertShardMap> ep_shards_; // and ep each expert (with ep only)
-  std::optional<cp::RingAttentionCore> ring_;   // with cp only: the blocks' attention
-  nn::SequenceChunks chunks_;                   // and this rank's positions of each row
+  std::optional<cp::RingAttentionCore> ring_;   // with cp only: the blocks' attention,
+  nn::SequenceChunks chunks_;                   // this rank's positions of each row
+  std::optional<cp::CpSequenceGroup> sequence_; // and the MoE routers' pool
 };
 
 } // namespace tinyscale::fourd

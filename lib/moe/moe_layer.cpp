@@ -24,17 +24,13 @@ nn::FeedForwardOutput MoeFeedForward::forward(const Tensor& x,
   const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2), N = B * T;
   const int k = config_.top_k;
   Tensor tokens = reshape(x, {N, C});
-  Routing r = route(tokens, router_weight_, config_);
+  // With context parallelism (ctx.sequence) the decision covers the rows' other positions too.
+  Routing r = route(tokens, router_weight_, config_, {ctx.sequence, B, {}});
 
-  nn::MoeLayerStats stats;
-  stats.layer = layer_;
-  stats.assignments = N * k;
-  stats.dropped = r.dropped;
   std::vector<Tensor> outputs;
   std::vector<std::int64_t> destination; // token row of each output row
   for (std::size_t e = 0; e < experts_.size(); ++e) {
     const auto& kept = r.kept[e];
-    stats.tokens_per_expert.push_back(static_cast<std::int64_t>(kept.size()));
     if (kept.empty()) continue; // this expert gets no tokens, and its parameters no gradient
     std::vector<std::int64_t> rows;
     for (std::int64_t a : kept) rows.push_back(a / k);
@@ -54,9 +50,7 @@ nn::FeedForwardOutput MoeFeedForward::forward(const Tensor& x,
                        N);
   y = reshape(y, {B, T, C});
   y = ctx.dropout(y, dropout_, name_);
-  stats.aux_loss = r.aux_loss.item();
-  stats.z_loss = r.z_loss.item();
-  return nn::FeedForwardOutput{y, r.aux_loss, r.z_loss, stats};
+  return nn::FeedForwardOutput{y, r.aux_loss, r.z_loss, layer_stats(r, layer_)};
 }
 
 } // namespace tinyscale::moe

@@ -6,8 +6,11 @@
 
 #include "core/tensor.hpp"
 #include "nn/config.hpp"
+#include "nn/context.hpp"
+#include "nn/mlp.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace tinyscale::moe {
@@ -24,7 +27,29 @@ struct Routing {
   std::int64_t dropped = 0;  ///< assignments over capacity
   Tensor aux_loss;           ///< scalar: aux_loss_coeff * Switch load-balancing loss
   Tensor z_loss;             ///< scalar: z_loss_coeff * router z-loss
+  /// The rows' figures for the layer's statistics: this call's own, or with a sequence group
+  /// (RoutingScope) the whole rows' (the same on every rank of the group).
+  std::vector<std::int64_t> rows_kept_per_expert;
+  std::int64_t rows_assignments = 0, rows_dropped = 0;
 };
+
+/// Decides capacity for `whole`, the routing of a micro-batch's whole rows (only `expert`
+/// filled): fills its kept, dropped and capacity, and returns the fraction f_i of the assignments
+/// that chose each expert, for the load-balancing loss. Expert parallelism's global capacity is
+/// one (ep/capacity.hpp); without one, chapter 03's assign_capacity on the whole rows alone.
+using CapacityRule = std::function<std::vector<double>(Routing& whole)>;
+
+/// Whose tokens a router call's decision covers besides its own. The default: its own alone.
+struct RoutingScope {
+  /// Context parallelism: the ranks holding the other positions of this call's `rows` rows.
+  const nn::SequenceGroup* sequence = nullptr;
+  std::int64_t rows = 0;
+  /// Replaces chapter 03's capacity on the whole rows (empty: chapter 03's).
+  CapacityRule capacity;
+};
+
+/// The fraction of `expert`'s assignments (k per token) that chose each of E experts.
+std::vector<double> choice_fractions(const std::vector<std::int64_t>& expert, int n_experts);
 
 /// The k largest entries of each row of `probs` [N, E] (host values), largest first; ties go to
 /// the lower expert index. Returns [N * k] expert indices.
@@ -51,6 +76,13 @@ Tensor router_z_loss(const Tensor& logits);
 
 /// Routes x [N, C] with router weight [C, E]: everything in Routing. The router runs in x's
 /// dtype, which is float32 or float64 on the CPU (never below fp32, as the MoE papers require).
-Routing route(const Tensor& x, const Tensor& router_weight, const nn::MoeConfig& config);
+/// With a scope, capacity is decided for the whole rows (and the scope's pool) and kept holds
+/// this call's assignments of that decision; the balancing loss and the z-loss are the whole
+/// rows' means (collective over scope.sequence), so each rank's backward takes its own share.
+Routing route(const Tensor& x, const Tensor& router_weight, const nn::MoeConfig& config,
+              const RoutingScope& scope = {});
+
+/// A MoE layer's statistics of one call from its routing (the rows' figures).
+nn::MoeLayerStats layer_stats(const Routing& routing, int layer);
 
 } // namespace tinyscale::moe

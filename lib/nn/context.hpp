@@ -45,6 +45,23 @@ struct SequenceChunks {
   std::vector<std::int64_t> starts;
 };
 
+/// The ranks that hold the other positions of a call's rows (context parallelism, lib/cp). A
+/// mixture-of-experts router (chapter 03) pools over them, so that its capacity, its balancing
+/// loss and its z-loss are the whole rows', as one rank computes them.
+class SequenceGroup {
+public:
+  virtual ~SequenceGroup() = default;
+  /// Collective: `per_token` values for each of this call's tokens (`rows` rows of this rank's
+  /// positions, row-major) -> the same values for every token of the whole rows, in one rank's
+  /// token order (row by row, position by position).
+  virtual std::vector<std::int64_t> gather_tokens(const std::vector<std::int64_t>& mine,
+                                                  std::int64_t rows, int per_token) const = 0;
+  /// Where each of this call's tokens (`rows` rows) stands among the whole rows' tokens.
+  virtual std::vector<std::int64_t> token_index(std::int64_t rows) const = 0;
+  /// Collective: the sum over the group (forward); the backward passes each rank its own share.
+  virtual Tensor sum(const Tensor& partial) const = 0;
+};
+
 /// Per-call settings of a forward pass.
 struct ForwardContext {
   bool training = false;  ///< dropout is active only when training
@@ -57,6 +74,8 @@ struct ForwardContext {
   const AttentionCore* attention = nullptr;
   /// The positions of each row this call holds; nullptr: every position.
   const SequenceChunks* chunks = nullptr;
+  /// The ranks holding the rows' other positions (MoE routers pool over them); nullptr: none.
+  const SequenceGroup* sequence = nullptr;
 
   /// Dropout stream for the layer `name` on a [rows, ...] tensor with `row_elements` per row.
   DropoutRng dropout_rng(const std::string& name, std::int64_t row_elements) const;

@@ -83,18 +83,14 @@ nn::FeedForwardOutput TpMoe::forward(const Tensor& x, const nn::ForwardContext& 
   const int k = moe_.top_k;
   const Device device = whole.device();
   Tensor tokens = reshape(whole, {N, C});
-  moe::Routing r = moe::route(tokens, router_weight_, moe_);
+  // With context parallelism the router pools its decision over the rows' other positions.
+  moe::Routing r = moe::route(tokens, router_weight_, moe_, {ctx.sequence, B, {}});
   Tensor expert_input = copy_to_tp(tokens, *tp_.group); // f on the experts' path only
 
-  nn::MoeLayerStats stats;
-  stats.layer = layer_;
-  stats.assignments = N * k;
-  stats.dropped = r.dropped;
   std::vector<Tensor> partials;
   std::vector<std::vector<std::int64_t>> rows_of(experts_.size());
   for (std::size_t e = 0; e < experts_.size(); ++e) {
     const auto& kept = r.kept[e];
-    stats.tokens_per_expert.push_back(static_cast<std::int64_t>(kept.size()));
     if (kept.empty()) continue; // no tokens, no gradient: the same on every rank
     for (std::int64_t a : kept) rows_of[e].push_back(a / k);
     const Shape m({static_cast<std::int64_t>(kept.size())});
@@ -123,9 +119,7 @@ nn::FeedForwardOutput TpMoe::forward(const Tensor& x, const nn::ForwardContext& 
   y = reshape(y, {B, T, C});
   if (tp_.sequence_parallel) y = scatter_to_sequence(y, *tp_.group);
   y = residual_dropout(y, dropout_, ctx, name_, tp_);
-  stats.aux_loss = r.aux_loss.item();
-  stats.z_loss = r.z_loss.item();
-  return nn::FeedForwardOutput{y, r.aux_loss, r.z_loss, stats};
+  return nn::FeedForwardOutput{y, r.aux_loss, r.z_loss, moe::layer_stats(r, layer_)};
 }
 
 } // namespace tinyscale::tp

@@ -1,7 +1,8 @@
 // Context parallelism (lib/cp) under mpirun -np 4 (label mpi): the comparisons of
 // tests/parallel/test_ring_attention.cpp and test_cp_equivalence.cpp with real processes. cp = 4
 // uses the world; cp = 2 runs on the two halves of the world side by side; dp 2 x cp 2 on the
-// mesh's groups; tp 2 x cp 2 and pp 2 x cp 2 as chapter 10's composed run.
+// mesh's groups; tp 2 x cp 2 and pp 2 x cp 2 as chapter 10's composed run; the MoE model with
+// cp 4 and with ep 2 x cp 2.
 #include "cp_equivalence.hpp"
 #include "fourd_equivalence.hpp"
 #include "mpi_world.hpp"
@@ -45,6 +46,26 @@ TEST_CASE("mpi: context-parallel training on 4 processes equals one rank: cp 4 a
                  << test::worst_error(want.run, got.run));
     CHECK(test::compare_cp(want, got, 1e-5) == "");
   }
+  world->barrier();
+}
+
+TEST_CASE("mpi: context-parallel MoE on 4 processes equals one rank: cp 4 (CpTrainer) and ep 2 "
+          "x cp 2 (composed), the same tokens dropped, 3 steps (float32 1e-5)",
+          "[cp]") {
+  auto world = test::mpi_world(std::chrono::seconds(60));
+  REQUIRE(world->size() == 4);
+  const io::RunConfig config = test::dp_run_config(1, 2, 2, true);
+  const test::CpRecord want = test::cp_reference(config, 1);
+  const test::CpRecord got = test::cp_run(*world, 4, config, cp::Split::LoadBalanced);
+  INFO("cp 4, rank " << world->rank() << ": worst relative error "
+                     << test::worst_error(want.run, got.run));
+  CHECK(test::compare_cp(want, got, 1e-5) == "");
+
+  const io::RunConfig composed = test::fourd_run_config(2, 2, true);
+  const test::FourdReference one = test::fourd_reference(composed, 2);
+  INFO("ep 2 x cp 2, rank " << world->rank());
+  CHECK(test::compare_fourd(one, test::fourd_run(*world, composed, {.dp = 2, .ep = 2, .cp = 2}),
+                            1e-5) == "");
   world->barrier();
 }
 

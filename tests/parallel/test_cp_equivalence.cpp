@@ -3,8 +3,9 @@
 // after 3 AdamW steps: losses, gradient norms, every gradient after step 1, every parameter after
 // step 3 and the validation loss; float64 to 1e-10 and float32 to 1e-5. Composed with tensor and
 // pipeline parallelism and ZeRO-1 (chapter 10's run, tests/fourd_equivalence.hpp): every rank's
-// losses, norms and the parameters it trains after 3 steps. Then the front door: `train --cp`
-// through fourd::make_run, and its refusals.
+// losses, norms and the parameters it trains after 3 steps. The MoE model alone and composed with
+// tp, ep and all five axes: the same tokens dropped, the same aux and z losses. Then the front
+// door: `train --cp` through fourd::make_run, and its refusals.
 #include "comm/launch.hpp"
 #include "cp_equivalence.hpp"
 #include "fourd/run.hpp"
@@ -59,6 +60,38 @@ TEST_CASE("Context-parallel training equals one rank: cp 2 and 4 load-balanced a
   }
 }
 
+// MoE: the routers pool over cp (capacity, the balancing and z losses, the layers' counts).
+TEST_CASE("Context-parallel MoE training equals one rank: cp 2 and 4, dp 2 x cp 2, the same "
+          "tokens dropped (float64 1e-10, float32 1e-5)",
+          "[parallel][cp]") {
+  const std::vector<Case> cases = {{1, 2, cp::Split::LoadBalanced},
+                                   {1, 4, cp::Split::LoadBalanced},
+                                   {1, 4, cp::Split::Contiguous},
+                                   {2, 2, cp::Split::LoadBalanced}};
+  for (DType dtype : {DType::Float64, DType::Float32}) {
+    const double tolerance = dtype == DType::Float64 ? 1e-10 : 1e-5;
+    for (const Case& c : cases) {
+      INFO("MoE, " << name_of(c, dtype));
+      const io::RunConfig config = dp_run_config(c.dp, 2, 2, true, dtype);
+      const CpRecord want = cp_reference(config, c.dp);
+      REQUIRE(!want.moe_counts.empty());
+      REQUIRE(want.moe_counts[0].size() == 6); // one MoE layer: assignments, dropped, 4 experts
+      REQUIRE(want.moe_counts[0][1] > 0);      // capacity binds: the test sees which tokens drop
+      std::vector<CpRecord> got(static_cast<std::size_t>(c.dp * c.cp));
+      REQUIRE_NOTHROW(comm::run_threads(
+          c.dp * c.cp,
+          [&](comm::Communicator& world) {
+            got[static_cast<std::size_t>(world.rank())] = cp_run(world, c.cp, config, c.split);
+          },
+          comm::testing::test_options(std::chrono::seconds(60))));
+      for (std::size_t r = 0; r < got.size(); ++r) {
+        INFO("rank " << r << ": worst relative error " << worst_error(want.run, got[r].run));
+        CHECK(compare_cp(want, got[r], tolerance) == "");
+      }
+    }
+  }
+}
+
 // tp2 x cp2, pp2 x cp2, dp2 x pp2 x cp2 with ZeRO-1, tp2 x pp2 x cp2 contiguous.
 TEST_CASE("Context parallelism composed with tp, pp, dp and ZeRO-1 equals one rank (float32 1e-5)",
           "[parallel][cp]") {
@@ -74,13 +107,32 @@ TEST_CASE("Context parallelism composed with tp, pp, dp and ZeRO-1 equals one ra
                                .cp_split = cp::Split::Contiguous}) == "");
 }
 
-TEST_CASE("Context parallelism composed, float64 with biases: tp2 x pp2 x cp2 and dp2 x tp2 x cp2 "
-          "with ZeRO-1 equal one rank to 1e-10",
+// The routers pool over cp inside tp (TpMoe) and ep (local and global capacity), and all five
+// axes at once: dp 2 x tp 2 x pp 2 x ep 2 x cp 2 on 32 threads.
+TEST_CASE("Context parallelism with MoE composed: tp2 x cp2, ep2 x cp2 (local and global "
+          "capacity) and dp2 x tp2 x pp2 x ep2 x cp2 equal one rank",
+          "[parallel][cp]") {
+  const io::RunConfig two = fourd_run_config(2, 2, true), four = fourd_run_config(4, 2, true);
+  CHECK(fourd_difference(two, {.tp = 2, .cp = 2}) == "");
+  CHECK(fourd_difference(two, {.dp = 2, .ep = 2, .cp = 2}) == "");
+  CHECK(fourd_difference(four, {.dp = 4,
+                                .ep = 2,
+                                .capacity = ep::CapacityScope::Global,
+                                .cp = 2,
+                                .cp_split = cp::Split::Contiguous}) == "");
+  CHECK(fourd_difference(four, {.dp = 4, .tp = 2, .pp = 2, .ep = 2, .zero = 1, .cp = 2}) == "");
+}
+
+TEST_CASE("Context parallelism composed, float64 with biases: tp2 x pp2 x cp2, dp2 x tp2 x cp2 "
+          "with ZeRO-1 and the five axes with MoE equal one rank to 1e-10",
           "[parallel][cp]") {
   CHECK(fourd_difference(fourd_run_config(1, 2, false, DType::Float64), {.tp = 2, .pp = 2, .cp = 2},
                          1e-10) == "");
   CHECK(fourd_difference(fourd_run_config(2, 2, false, DType::Float64),
                          {.dp = 2, .tp = 2, .zero = 1, .cp = 2}, 1e-10) == "");
+  // all five axes with the MoE model
+  CHECK(fourd_difference(fourd_run_config(4, 2, true, DType::Float64),
+                         {.dp = 4, .tp = 2, .pp = 2, .ep = 2, .cp = 2}, 1e-10) == "");
 }
 
 TEST_CASE("train --cp through make_run equals one rank, and check_plan refuses what cp cannot "
@@ -130,8 +182,8 @@ TEST_CASE("train --cp through make_run equals one rank, and check_plan refuses w
   with_sp.tp = 2;
   with_sp.sequence_parallel = true;
   REQUIRE_TS_ERROR(fourd::check_plan(with_sp.for_world(8), config),
-                   Contains("not yet composed with --ep, --sp or --zero 2 or 3") &&
-                       Contains("found --ep 1, --sp"));
+                   Contains("not yet composed with --sp or --zero 2 or 3") &&
+                       Contains("found --sp, --zero 0"));
   mesh::ParallelPlan with_zero3 = plan;
   with_zero3.zero = 3;
   REQUIRE_TS_ERROR(fourd::check_plan(with_zero3.for_world(4), config),
@@ -141,9 +193,6 @@ TEST_CASE("train --cp through make_run equals one rank, and check_plan refuses w
   REQUIRE_TS_ERROR(fourd::check_plan(odd.for_world(6), config),
                    Contains("train.seq_len = 16 does not cut into 6 equal chunks") &&
                        Contains("--cp-split contiguous"));
-  io::RunConfig moe = dp_run_config(2, 2, 2, true);
-  REQUIRE_TS_ERROR(fourd::check_plan(plan.for_world(4), moe),
-                   Contains("dense models only") && Contains("model.moe.n_experts = 4"));
   mesh::ParallelPlan split_alone;
   split_alone.cp_split = "contiguous";
   REQUIRE_TS_ERROR(fourd::check_plan(split_alone.for_world(1), config),

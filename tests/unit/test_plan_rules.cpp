@@ -65,12 +65,20 @@ TEST_CASE("every cp layout the planner proposes is one tinyscale train accepts",
     ++with_cp;
   }
   CHECK(with_cp > 10);
-  // MoE: cp is not composed with experts yet, so the planner proposes none
+  // MoE: cp with and without ep, each one train accepts
   const io::RunConfig moe = config_file("moe-tiny.toml");
+  int moe_with_cp = 0, with_ep = 0;
   for (const plan::PlanLayout& layout :
        plan::enumerate_layouts(plan::shape_of(moe.model, moe.train.seq_len, "moe-tiny.toml"),
-                               {.devices = 8, .batch = 32, .cp = {1, 2}}))
-    CHECK(layout.cp == 1);
+                               {.devices = 8, .batch = 32, .cp = {1, 2}})) {
+    if (layout.cp == 1) continue;
+    INFO(layout.describe());
+    CHECK_NOTHROW(fourd::check_plan(layout.parallel_plan(), with_batch(moe, layout)));
+    ++moe_with_cp;
+    with_ep += layout.ep > 1 ? 1 : 0;
+  }
+  CHECK(moe_with_cp > 10);
+  CHECK(with_ep > 0);
 }
 
 TEST_CASE("the planner leaves out the layouts tinyscale train refuses", "[unit][plan]") {

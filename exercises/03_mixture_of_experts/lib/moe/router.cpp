@@ -50,35 +50,122 @@ Tensor load_balancing_loss(const Tensor& probs, const std::vector<std::int64_t>&
 
 Tensor router_z_loss(const Tensor& logits) { return mean(pow_scalar(logsumexp(logits), 2.0)); }
 
-Routing route(const Tensor& x, const Tensor& router_weight, const nn::MoeConfig& config) {
+std::vector<double> choice_fractions(const std::vector<std::int64_t>& expert, int n_experts) {
+  std::vector<double> f(static_cast<std::size_t>(n_experts), 0.0);
+  for (std::int64_t e : expert) f[static_cast<std::size_t>(e)] += 1.0;
+  for (double& x : f) x /= static_cast<double>(expert.size());
+  return f;
+}
+
+namespace {
+
+// The whole rows' decision as this call's: the kept assignments of its own tokens (`index`: each
+// one's place among the whole rows' tokens), in the order the experts took them.
+void keep_own(Routing& r, const Routing& whole, const std::vector<std::int64_t>& index, int k) {
+  std::vector<std::int64_t> own(whole.expert.size() / static_cast<std::size_t>(k), -1);
+  for (std::size_t n = 0; n < index.size(); ++n)
+    own[static_cast<std::size_t>(index[n])] = static_cast<std::int64_t>(n);
+  r.capacity = whole.capacity;
+  r.kept.assign(whole.kept.size(), {});
+  std::int64_t kept = 0;
+  for (std::size_t e = 0; e < whole.kept.size(); ++e)
+    for (std::int64_t a : whole.kept[e]) {
+      const std::int64_t n = own[static_cast<std::size_t>(a / k)];
+      if (n < 0) continue; // another rank's token
+      r.kept[e].push_back(n * k + a % k);
+      ++kept;
+    }
+  r.dropped = static_cast<std::int64_t>(r.expert.size()) - kept;
+}
+
+void count_rows(Routing& r, const Routing& whole) {
+  r.rows_kept_per_expert.clear();
+  for (const auto& kept : whole.kept)
+    r.rows_kept_per_expert.push_back(static_cast<std::int64_t>(kept.size()));
+  r.rows_assignments = static_cast<std::int64_t>(whole.expert.size());
+  r.rows_dropped = whole.dropped;
+}
+
+} // namespace
+
+Routing route(const Tensor& x, const Tensor& router_weight, const nn::MoeConfig& config,
+              const RoutingScope& scope) {
   TS_CHECK(x.rank() == 2 && router_weight.rank() == 2 && x.size(1) == router_weight.size(0),
            "route: expected x [N, C] and router weight [C, E], found ", x.shape().str(), " and ",
            router_weight.shape().str());
   const std::int64_t tokens = x.size(0);
-  const int n_experts = static_cast<int>(router_weight.size(1));
+  const int n_experts = static_cast<int>(router_weight.size(1)), k = config.top_k;
   Routing r;
   r.logits = matmul(x, router_weight);
   r.probs = softmax(r.logits);
-  r.expert = top_k_experts(r.probs, config.top_k);
+  r.expert = top_k_experts(r.probs, k);
 
   // Gate of assignment a = probs[n, expert[a]], picked as rows of probs viewed as [N * E, 1].
   std::vector<std::int64_t> flat(r.expert.size());
   for (std::size_t a = 0; a < flat.size(); ++a)
-    flat[a] = static_cast<std::int64_t>(a) / config.top_k * n_experts + r.expert[a];
+    flat[a] = static_cast<std::int64_t>(a) / k * n_experts + r.expert[a];
   Tensor picked = gather_rows(
       reshape(r.probs, {tokens * n_experts, 1}),
       Tensor::from_ids(flat, Shape({static_cast<std::int64_t>(flat.size())}), r.probs.device()));
-  if (config.top_k > 1) { // GShard: g_j / sum of the chosen g
-    Tensor g = reshape(picked, {tokens, config.top_k});
-    picked = reshape(g / sum(g, {1}, true), {tokens * config.top_k, 1});
+  if (k > 1) { // GShard: g_j / sum of the chosen g
+    Tensor g = reshape(picked, {tokens, k});
+    picked = reshape(g / sum(g, {1}, true), {tokens * k, 1});
   }
   r.gates = picked;
 
-  assign_capacity(r, tokens, config.top_k, n_experts,
-                  expert_capacity(config.capacity_factor, tokens, config.top_k, n_experts));
-  r.aux_loss = load_balancing_loss(r.probs, r.expert, config.top_k) * config.aux_loss_coeff;
-  r.z_loss = router_z_loss(r.logits) * config.z_loss_coeff;
+  if (scope.sequence == nullptr && !scope.capacity) { // chapter 03: this call's tokens alone
+    assign_capacity(r, tokens, k, n_experts,
+                    expert_capacity(config.capacity_factor, tokens, k, n_experts));
+    r.aux_loss = load_balancing_loss(r.probs, r.expert, k) * config.aux_loss_coeff;
+    r.z_loss = router_z_loss(r.logits) * config.z_loss_coeff;
+    count_rows(r, r);
+    return r;
+  }
+  // The whole rows' choices (gathered over the sequence group), decided as one rank decides them.
+  Routing whole;
+  whole.expert =
+      scope.sequence != nullptr ? scope.sequence->gather_tokens(r.expert, scope.rows, k) : r.expert;
+  const auto rows_tokens = static_cast<std::int64_t>(whole.expert.size()) / k;
+  std::vector<double> fraction;
+  if (scope.capacity) {
+    fraction = scope.capacity(whole);
+  } else {
+    assign_capacity(whole, rows_tokens, k, n_experts,
+                    expert_capacity(config.capacity_factor, rows_tokens, k, n_experts));
+    fraction = choice_fractions(whole.expert, n_experts);
+  }
+  std::vector<std::int64_t> index(static_cast<std::size_t>(tokens));
+  for (std::int64_t n = 0; n < tokens; ++n) index[static_cast<std::size_t>(n)] = n;
+  if (scope.sequence != nullptr) index = scope.sequence->token_index(scope.rows);
+  TS_CHECK(static_cast<std::int64_t>(index.size()) == tokens, "route: expected the scope to place ",
+           tokens, " tokens, found ", index.size());
+  keep_own(r, whole, index, k);
+  count_rows(r, whole);
+
+  // Means over the whole rows: this call's sums, added over the sequence group, over its tokens.
+  const auto rows_mean = [&](const Tensor& per_token, const std::vector<int>& dims) {
+    if (scope.sequence == nullptr) return mean(per_token, dims);
+    return scope.sequence->sum(sum(per_token, dims)) / static_cast<double>(rows_tokens);
+  };
+  const Tensor f =
+      Tensor::from_vector(fraction, Shape({n_experts}), r.probs.dtype(), r.probs.device());
+  r.aux_loss = sum(rows_mean(r.probs, {0}) * f) * static_cast<double>(n_experts) *
+               config.aux_loss_coeff; // E sum_i f_i P_i, as load_balancing_loss
+  r.z_loss = scope.sequence == nullptr
+                 ? router_z_loss(r.logits) * config.z_loss_coeff
+                 : rows_mean(pow_scalar(logsumexp(r.logits), 2.0), {0}) * config.z_loss_coeff;
   return r;
+}
+
+nn::MoeLayerStats layer_stats(const Routing& routing, int layer) {
+  nn::MoeLayerStats stats;
+  stats.layer = layer;
+  stats.tokens_per_expert = routing.rows_kept_per_expert;
+  stats.assignments = routing.rows_assignments;
+  stats.dropped = routing.rows_dropped;
+  stats.aux_loss = routing.aux_loss.item();
+  stats.z_loss = routing.z_loss.item();
+  return stats;
 }
 
 } // namespace tinyscale::moe
