@@ -84,7 +84,9 @@ Tensor CpGPT::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
   TS_CHECK(ids.rank() == 2 && ids.size(1) == chunks_.seq_len,
            "context parallelism: expected whole rows of token ids [B, ", chunks_.seq_len,
            "], found ", ids.shape().str());
-  return shard_sequence(gpt_.embed(ids, ctx), 1, cp_->rank(), cp_->size(), split_);
+  nn::ForwardContext here = ctx;
+  here.chunks = &chunks_; // wpe rows and dropout masks at this rank's positions
+  return gpt_.embed(shard_sequence(ids, 1, cp_->rank(), cp_->size(), split_), here);
 }
 
 nn::FeedForwardOutput CpGPT::block(int layer, const Tensor& x,

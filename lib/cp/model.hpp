@@ -82,7 +82,8 @@ public:
   const nn::ModelConfig& config() const override { return gpt_.config(); }
   const nn::ParameterList& parameters() const override { return gpt_.parameters(); }
   /// ids [B, seq_len] (the whole rows) -> this rank's positions of the residual stream
-  /// [B, T_local, C]: embedded whole (so wpe and dropout see the true positions), then cut.
+  /// [B, T_local, C]: the ids cut first, then embedded with wpe rows and dropout masks at this
+  /// rank's positions (so each rank embeds only its own).
   Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const override;
   /// GPT's block with the ring as its attention and dropout at this rank's positions. The ring's
   /// messages count under region "block" (comm/counting.hpp).

@@ -56,11 +56,13 @@ MeshStages::MeshStages(const io::RunConfig& config, MeshAxes axes)
 
 MeshStages::~MeshStages() = default;
 
-// With cp: embedded whole (wpe and dropout see the true positions), then cut (cp::CpGPT's way).
+// With cp: this rank's positions of the ids, wpe and dropout at them (cp::CpGPT's way).
 Tensor MeshStages::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
-  const Tensor x = model_.embed(ids, ctx);
-  if (!ring_) return x;
-  return cp::shard_sequence(x, 1, axes_.cp->rank(), axes_.cp->size(), axes_.cp_split);
+  if (!ring_) return model_.embed(ids, ctx);
+  nn::ForwardContext here = ctx;
+  here.chunks = &chunks_;
+  return model_.embed(
+      cp::shard_sequence(ids, 1, axes_.cp->rank(), axes_.cp->size(), axes_.cp_split), here);
 }
 
 nn::FeedForwardOutput MeshStages::block(int layer, const Tensor& x,

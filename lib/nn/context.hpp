@@ -83,6 +83,9 @@ struct ForwardContext {
   /// itself otherwise), with the single-rank run's mask: the rows from row_offset, the positions
   /// the `chunks` name.
   Tensor dropout(const Tensor& x, double p, const std::string& name) const;
+  /// The rows of a position table [n_positions, C] (wpe) for a call holding T positions of each
+  /// row: 0..T-1, or with `chunks` the positions they name, in their order.
+  Tensor position_rows(const Tensor& table, std::int64_t T) const;
 };
 
 } // namespace tinyscale::nn

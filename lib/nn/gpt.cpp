@@ -34,10 +34,12 @@ GPT::GPT(const ModelConfig& config, std::uint64_t seed, const MoeLayerFactory& m
 Tensor GPT::embed(const Tensor& ids, const ForwardContext& ctx) const {
   TS_CHECK(ids.rank() == 2, "GPT: expected token ids [B, T], found ", ids.shape().str());
   const std::int64_t T = ids.size(1);
-  TS_CHECK(T <= config_.n_positions, "GPT: expected at most n_positions = ", config_.n_positions,
-           " tokens per sequence, found ", T, "; lower train.seq_len or raise model.n_positions");
+  const std::int64_t row = ctx.chunks != nullptr ? ctx.chunks->seq_len : T;
+  TS_CHECK(row <= config_.n_positions, "GPT: expected at most n_positions = ", config_.n_positions,
+           " tokens per sequence, found ", row, "; lower train.seq_len or raise model.n_positions");
   const DType compute = config_.compute_dtype(); // bfloat16 under mixed precision
-  const Tensor x = embedding(ids, cast(wte_, compute)) + slice(cast(wpe_, compute), 0, 0, T);
+  // the positions this call holds (all, or a context-parallel rank's chunks)
+  const Tensor x = embedding(ids, cast(wte_, compute)) + ctx.position_rows(cast(wpe_, compute), T);
   return ctx.dropout(x, config_.dropout, "wte+wpe");
 }
 

@@ -41,6 +41,19 @@ Tensor ForwardContext::dropout(const Tensor& x, double p, const std::string& nam
   return rows.size() == 1 ? rows[0] : concat(rows, 0);
 }
 
+Tensor ForwardContext::position_rows(const Tensor& table, std::int64_t T) const {
+  if (chunks == nullptr) return slice(table, 0, 0, T);
+  TS_CHECK(T == chunks->length * static_cast<std::int64_t>(chunks->starts.size()) &&
+               chunks->seq_len <= table.size(0),
+           "ForwardContext::position_rows: expected ", chunks->starts.size(), " chunks of ",
+           chunks->length, " positions of rows of ", chunks->seq_len, " (at most ", table.size(0),
+           "), found ", T, " positions");
+  std::vector<Tensor> parts;
+  for (std::int64_t start : chunks->starts)
+    parts.push_back(slice(table, 0, start, start + chunks->length));
+  return parts.size() == 1 ? parts[0] : concat(parts, 0);
+}
+
 Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init, bool decay) {
   init.set_name(name);
   init.set_requires_grad(true);

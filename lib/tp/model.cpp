@@ -113,8 +113,12 @@ Tensor TpGPT::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
   Tensor x = exit_tp(vocab_parallel_embedding(ids, cast(wte_, config_.compute_dtype()),
                                               tp_.rank() * rows_per_rank, config_.vocab_size),
                      tp_);
-  const std::int64_t t_local = x.size(1), start = tp_.sequence_parallel ? tp_.rank() * t_local : 0;
-  x = x + slice(cast(wpe_, config_.compute_dtype()), 0, start, start + t_local);
+  const std::int64_t t_local = x.size(1);
+  const Tensor wpe = cast(wpe_, config_.compute_dtype());
+  // sequence parallelism: this rank's slice; else the positions the call holds (context
+  // parallelism: its chunks)
+  x = x + (tp_.sequence_parallel ? slice(wpe, 0, tp_.rank() * t_local, (tp_.rank() + 1) * t_local)
+                                 : ctx.position_rows(wpe, t_local));
   return residual_dropout(x, config_.dropout, ctx, "wte+wpe", tp_);
 }
 
