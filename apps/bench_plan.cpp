@@ -76,8 +76,6 @@ std::vector<plan::PlanLayout> enumerate(const plan::ModelShape& model,
 // any work (fourd::check_plan), so the two cannot disagree about what runs.
 std::string why_not(const io::RunConfig& config, const plan::ModelShape& model,
                     const plan::Cluster& cluster, plan::PlanLayout& l) {
-  if (l.recompute != plan::Recompute::None)
-    return "the trainers keep every activation (no recompute)";
   try {
     plan::check_layout(model, l, cluster);
     io::RunConfig c = config;
@@ -97,6 +95,7 @@ std::string why_not(const io::RunConfig& config, const plan::ModelShape& model,
 void measure(comm::Communicator& world, io::RunConfig config, const plan::PlanLayout& l,
              const BenchPlanOptions& opt, std::vector<double>& times) {
   config.train.micro_batches = l.micro_batches;
+  config.train.recompute = plan::recompute_name(l.recompute);
   const std::unique_ptr<train::RankRun> run = fourd::make_run(l.parallel_plan(), config, world);
   for (std::int64_t s = 0; s < opt.warmup + opt.steps; ++s) {
     double seconds = run->train_step().seconds;

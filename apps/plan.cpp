@@ -102,9 +102,7 @@ void run_plan(const PlanOptions& opt) {
   if (!opt.recompute.empty()) {
     space.recompute.clear();
     for (const std::string& r : opt.recompute) {
-      TS_CHECK(r == "none" || r == "full", "plan: expected --recompute none or full, found '", r,
-               "'");
-      space.recompute.push_back(r == "full" ? plan::Recompute::Full : plan::Recompute::None);
+      space.recompute.push_back(nn::parse_recompute(r)); // the trainers' train.recompute modes
     }
   }
   space.max_chunks = opt.max_chunks;
@@ -190,7 +188,8 @@ void add_plan(CLI::App& app) {
       ->check(positive);
   cmd->add_option("--schedule", opt->schedules,
                   "Only these schedules: gpipe, 1f1b, interleaved, zb-h1 (repeatable)");
-  cmd->add_option("--recompute", opt->recompute, "Only none or full (repeatable)");
+  cmd->add_option("--recompute", opt->recompute,
+                  "Only these of none, selective and full (repeatable; train.recompute's modes)");
   cmd->add_option("--max-chunks", opt->max_chunks, "Interleaved: largest v to try")
       ->capture_default_str()
       ->check(CLI::Range(2, 64));

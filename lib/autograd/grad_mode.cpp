@@ -12,4 +12,8 @@ NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false;
 
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
 
+EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
+
+EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
+
 } // namespace tinyscale

@@ -19,4 +19,17 @@ private:
   bool previous_;
 };
 
+/// RAII scope in which ops record the graph again: a backward closure (which runs under
+/// NoGradGuard) that re-runs a forward to differentiate it (activation recompute).
+class EnableGradGuard {
+public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+private:
+  bool previous_;
+};
+
 } // namespace tinyscale

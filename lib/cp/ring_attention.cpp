@@ -1,6 +1,7 @@
 #include "cp/ring_attention.hpp"
 
 #include "autograd/grad_mode.hpp"
+#include "autograd/recompute.hpp"
 #include "autograd/record.hpp"
 #include "comm/counting.hpp"
 #include "comm/tensor_comm.hpp"
@@ -106,7 +107,7 @@ AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
           if (theirs[j] <= mine[i]) { // causal: a query chunk sees the chunks up to its own
             const bool diagonal = theirs[j] == mine[i];
             merge(acc[i], attention_block_forward(queries[i], keys[j], values[j], diagonal));
-            if (probes.work != nullptr) {
+            if (probes.work != nullptr && !recomputing()) { // (not a recompute's rerun)
               const std::int64_t c = queries[i].size(2);
               probes.work->pairs += diagonal ? c * (c + 1) / 2 : c * c;
             }

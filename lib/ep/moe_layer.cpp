@@ -1,5 +1,6 @@
 #include "ep/moe_layer.hpp"
 
+#include "autograd/recompute.hpp"
 #include "core/error.hpp"
 #include "nn/layers.hpp"
 #include "ops/ops.hpp"
@@ -93,7 +94,7 @@ nn::FeedForwardOutput EpMoeFeedForward::forward(const Tensor& x,
     y = ctx.dropout(y, dropout_, name_);
   }
 
-  if (load_ != nullptr) {
+  if (load_ != nullptr && !recomputing()) { // a recompute's second run counts nothing
     for (std::size_t e = 0; e < r.kept.size(); ++e)
       load_->tokens_per_expert[e] += static_cast<std::int64_t>(r.kept[e].size());
     load_->assignments += N * k;

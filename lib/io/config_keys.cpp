@@ -83,6 +83,8 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(train.peak_gflops, "device peak GFLOP/s for MFU; 0 = look it up or measure"),
       TS_CONFIG_KEY(train.device, "where the model trains: cpu, cuda (one GPU per rank) or emu "
                                   "(the emulated device: CPU arithmetic, device memory rules)"),
+      TS_CONFIG_KEY(train.recompute, "activation recompute: none, selective (the attention core's "
+                                     "scores and softmax) or full (each block from its input)"),
       TS_CONFIG_KEY(train.threads, "CPU threads per rank for its kernels; 0 = TINYSCALE_THREADS "
                                    "or else the cores divided by the ranks on this machine"),
   };

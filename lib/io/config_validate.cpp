@@ -54,6 +54,7 @@ void validate_data(const data::DataConfig& d) {
 void validate_train(const train::TrainConfig& t, const nn::ModelConfig& model) {
   TS_CHECK(t.steps > 0, "train.steps: expected > 0, found ", t.steps);
   TS_CHECK(t.batch_size > 0, "train.batch_size: expected > 0, found ", t.batch_size);
+  (void)nn::parse_recompute(t.recompute); // names the three modes
   TS_CHECK(t.micro_batches > 0, "train.micro_batches: expected > 0, found ", t.micro_batches);
   TS_CHECK(t.batch_size % t.micro_batches == 0, "train.batch_size: expected a multiple of ",
            "train.micro_batches = ", t.micro_batches, ", found ", t.batch_size,

@@ -23,11 +23,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const ForwardContext& ctx) 
   auto heads = [&](const Tensor& t) { return permute(reshape(t, {B, T, H, D}), {0, 2, 1, 3}); };
   // The fused kernel where the backend has one (the GPU's flash attention), else the composed one.
   const bool fused = fused_attention_ && backend_of(x).has_fused_attention();
-  // Context parallelism brings its own (a ring over the ranks that hold the other positions).
-  Tensor y = ctx.attention != nullptr
-                 ? ctx.attention->attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]))
-             : fused ? flash_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]))
-                     : scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+  // Context parallelism brings its own core (a ring); selective recompute drops the softmax.
+  Tensor y = ctx.attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), fused);
   y = reshape(permute(y, {0, 2, 1, 3}), {B, T, C}); // [B, H, T, D] -> [B, T, C]
   y = c_proj_.forward(y);
   return ctx.dropout(y, dropout_, name_);

@@ -50,4 +50,22 @@ void ModelConfig::validate() const {
   }
 }
 
+const char* recompute_name(Recompute r) {
+  switch (r) {
+  case Recompute::None: return "none";
+  case Recompute::Selective: return "selective";
+  case Recompute::Full: return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(const std::string& name) {
+  for (Recompute r : {Recompute::None, Recompute::Selective})
+    if (name == recompute_name(r)) return r;
+  TS_CHECK(name == recompute_name(Recompute::Full),
+           "train.recompute: expected \"none\", \"selective\" (the attention core) or \"full\" ",
+           "(the whole block), found \"", name, "\"");
+  return Recompute::Full;
+}
+
 } // namespace tinyscale::nn

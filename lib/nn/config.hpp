@@ -53,4 +53,14 @@ struct ModelConfig {
   void validate() const;
 };
 
+/// What a block keeps for its backward (train.recompute; Korthikanti et al. 2022, sec. 4-5).
+/// None: every activation. Selective: all but the attention core's (the s x s scores and
+/// softmax, recomputed from q, k, v in the backward). Full: only the block's input (the whole
+/// block runs again in the backward).
+enum class Recompute { None, Selective, Full };
+/// "none", "selective" or "full".
+const char* recompute_name(Recompute r);
+/// Parses recompute_name's words; anything else is an Error naming them.
+Recompute parse_recompute(const std::string& name);
+
 } // namespace tinyscale::nn

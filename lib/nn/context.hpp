@@ -4,6 +4,7 @@
 // drop exactly the elements the single-rank run drops.
 #pragma once
 
+#include "nn/config.hpp"
 #include "ops/ops.hpp"
 
 #include <cstdint>
@@ -76,6 +77,8 @@ struct ForwardContext {
   const SequenceChunks* chunks = nullptr;
   /// The ranks holding the rows' other positions (MoE routers pool over them); nullptr: none.
   const SequenceGroup* sequence = nullptr;
+  /// What the blocks keep for the backward (only when training with grad mode on).
+  Recompute recompute = Recompute::None;
 
   /// Dropout stream for the layer `name` on a [rows, ...] tensor with `row_elements` per row.
   DropoutRng dropout_rng(const std::string& name, std::int64_t row_elements) const;
@@ -83,6 +86,10 @@ struct ForwardContext {
   /// itself otherwise), with the single-rank run's mask: the rows from row_offset, the positions
   /// the `chunks` name.
   Tensor dropout(const Tensor& x, double p, const std::string& name) const;
+  /// Causal attention of q, k, v [B, H, T, D]: the context's core (the ring), else the fused
+  /// kernel when `fused`, else the composed one, whose scores and softmax selective recompute
+  /// drops (the ring and the fused kernel keep only each row's logsumexp already).
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool fused) const;
   /// The rows of a position table [n_positions, C] (wpe) for a call holding T positions of each
   /// row: 0..T-1, or with `chunks` the positions they name, in their order.
   Tensor position_rows(const Tensor& table, std::int64_t T) const;

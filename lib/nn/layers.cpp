@@ -1,5 +1,6 @@
 #include "nn/layers.hpp"
 
+#include "autograd/recompute.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "nn/context.hpp"
@@ -39,6 +40,16 @@ Tensor ForwardContext::dropout(const Tensor& x, double p, const std::string& nam
     rows.push_back(parts.size() == 1 ? parts[0] : concat(parts, 1));
   }
   return rows.size() == 1 ? rows[0] : concat(rows, 0);
+}
+
+Tensor ForwardContext::attend(const Tensor& q, const Tensor& k, const Tensor& v, bool fused) const {
+  if (attention != nullptr) return attention->attend(q, k, v);
+  if (fused) return flash_attention(q, k, v);
+  if (recompute != Recompute::Selective || !training) return scaled_dot_product_attention(q, k, v);
+  // Selective: keep q, k, v; the scores and the softmax are built again in the backward.
+  return tinyscale::recompute("attention core", {q, k, v}, [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2])};
+  })[0];
 }
 
 Tensor ForwardContext::position_rows(const Tensor& table, std::int64_t T) const {

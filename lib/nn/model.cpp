@@ -1,8 +1,33 @@
 #include "nn/model.hpp"
 
+#include "autograd/recompute.hpp"
+
+#include <memory>
+
 #include "core/error.hpp"
 
 namespace tinyscale::nn {
+
+FeedForwardOutput run_block(const std::function<FeedForwardOutput(const Tensor&)>& block,
+                            const Tensor& x, const ForwardContext& ctx) {
+  if (ctx.recompute != Recompute::Full || !ctx.training) return block(x);
+  // The statistics of the first run (the second, in the backward, is not counted again).
+  auto stats = std::make_shared<std::optional<MoeLayerStats>>();
+  const RecomputedFn piece = [block, stats](const std::vector<Tensor>& in) {
+    FeedForwardOutput out = block(in[0]);
+    if (!recomputing()) *stats = out.stats;
+    std::vector<Tensor> outs{out.y};
+    if (out.aux_loss.defined()) outs.insert(outs.end(), {out.aux_loss, out.z_loss});
+    return outs;
+  };
+  const std::vector<Tensor> outs = recompute("block", {x}, piece);
+  FeedForwardOutput out{outs[0], Tensor(), Tensor(), *stats};
+  if (outs.size() == 3) {
+    out.aux_loss = outs[1];
+    out.z_loss = outs[2];
+  }
+  return out;
+}
 
 ModelOutput Model::forward(const Tensor& ids, const Tensor& targets,
                            const ForwardContext& ctx) const {
@@ -10,7 +35,8 @@ ModelOutput Model::forward(const Tensor& ids, const Tensor& targets,
   Tensor x = embed(ids, ctx);
   for (int i = 0; i < config().n_layer; ++i) {
     if (ctx.hooks != nullptr) ctx.hooks->before_block(i);
-    FeedForwardOutput b = block(i, x, ctx);
+    FeedForwardOutput b =
+        run_block([this, i, ctx](const Tensor& in) { return block(i, in, ctx); }, x, ctx);
     x = ctx.hooks != nullptr ? ctx.hooks->after_block(i, b.y) : b.y;
     if (b.aux_loss.defined()) {
       out.aux_loss = out.aux_loss.defined() ? out.aux_loss + b.aux_loss : b.aux_loss;

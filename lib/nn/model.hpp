@@ -24,6 +24,13 @@ struct ModelOutput {
   std::vector<MoeLayerStats> moe; ///< one entry per MoE layer
 };
 
+/// One block as ctx.recompute asks: `block` on x, with Recompute::Full keeping only x for the
+/// backward, which runs `block` again (autograd/recompute.hpp). The outputs and MoE statistics
+/// are those of the plain run. `block` may be called twice and after this returns: it must hold
+/// what it uses by value (a model pointer, a layer index, a copy of the context).
+FeedForwardOutput run_block(const std::function<FeedForwardOutput(const Tensor&)>& block,
+                            const Tensor& x, const ForwardContext& ctx);
+
 /// A GPT-style model: embeddings, blocks, a head and a loss.
 class Model {
 public:

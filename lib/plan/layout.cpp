@@ -9,8 +9,6 @@
 
 namespace tinyscale::plan {
 
-const char* recompute_name(Recompute r) { return r == Recompute::Full ? "full" : "none"; }
-
 mesh::MeshLayout PlanLayout::mesh() const {
   return mesh::MeshLayout({.dp = dp, .tp = tp, .pp = pp, .ep = ep, .cp = cp}, order);
 }
@@ -60,6 +58,7 @@ std::string PlanLayout::spec() const {
   if (chunks > 1) add(detail::concat("v", chunks));
   if (zero > 0) add(detail::concat("zero", zero));
   if (recompute == Recompute::Full) add("recompute");
+  if (recompute == Recompute::Selective) add("selective");
   return text.empty() ? "1" : text;
 }
 
@@ -67,19 +66,19 @@ PlanLayout parse_layout_spec(const std::string& text) {
   PlanLayout layout;
   if (text == "1") return layout;
   const auto fail = [&](const std::string& token) {
-    return Error(
-        detail::concat("layout '", text,
-                       "': expected tokens joined by ':' (dpN, tpN, ppN, epN, cpN, mN, vN, zeroN, ",
-                       "gpipe, 1f1b, interleaved, zb-h1, recompute; \"1\" for one rank), found '",
-                       token, "'; for example pp2:m4:1f1b"));
+    return Error(detail::concat(
+        "layout '", text,
+        "': expected tokens joined by ':' (dpN, tpN, ppN, epN, cpN, mN, vN, zeroN, ",
+        "gpipe, 1f1b, interleaved, zb-h1, recompute, selective; \"1\" for one rank), found '",
+        token, "'; for example pp2:m4:1f1b"));
   };
   std::istringstream in(text);
   std::string token;
   bool any = false;
   while (std::getline(in, token, ':')) {
     any = true;
-    if (token == "recompute") {
-      layout.recompute = Recompute::Full;
+    if (token == "recompute" || token == "selective") {
+      layout.recompute = token == "recompute" ? Recompute::Full : Recompute::Selective;
       continue;
     }
     if (token == "gpipe" || token == "1f1b" || token == "interleaved" || token == "zb-h1") {

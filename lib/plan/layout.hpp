@@ -8,16 +8,18 @@
 #include "mesh/plan.hpp"
 #include "pp/schedule.hpp"
 
+#include "nn/config.hpp"
+
 #include <cstdint>
 #include <string>
 
 namespace tinyscale::plan {
 
-/// Activation recomputation: keep every activation, or keep each layer's input and recompute the
-/// rest in the backward (Chen et al. 2016; Narayanan et al. 2021).
-enum class Recompute { None, Full };
-/// "none" or "full".
-const char* recompute_name(Recompute r);
+/// Activation recomputation, the trainers' own modes (train.recompute, nn/config.hpp): keep every
+/// activation, all but the attention core's (selective), or each layer's input only (full;
+/// Chen et al. 2016; Korthikanti et al. 2022).
+using nn::Recompute;
+using nn::recompute_name;
 
 /// A layout: everything the cost model needs besides the model and the cluster.
 struct PlanLayout {

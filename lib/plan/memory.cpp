@@ -15,6 +15,8 @@ double activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp,
   // EXERCISE 9.2 begin: activation bytes of one layer (Korthikanti Table 2)
   if (recompute == Recompute::Full) {
     bytes = 2 * s * b * h; // only the layer's input, in 16 bits, replicated on every tp rank
+  } else if (recompute == Recompute::Selective) {
+    bytes = s * b * h * (10 + 24 / t); // the s x s maps are recomputed from Q, K, V
   } else {
     // LayerNorms, dropout masks and the inputs of the QKV and first MLP matmuls (10 sbh) are
     // replicated on every tp rank; the rest (24 sbh, and the s x s attention maps) is split.

@@ -13,6 +13,7 @@ namespace tinyscale::plan {
 /// on one of `tp` tensor-parallel ranks, with 16-bit activations and 1-byte dropout masks
 /// (Korthikanti et al. 2022, Table 2, no sequence parallelism):
 ///  - Recompute::None: s b h (10 + 24/t + 5 a s / (h t))   (t = 1: s b h (34 + 5 a s / h))
+///  - Recompute::Selective: s b h (10 + 24/t)   (the attention core's s x s maps recomputed)
 ///  - Recompute::Full: 2 s b h (the layer's input only)
 double activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp,
                                   Recompute recompute);
@@ -20,7 +21,7 @@ double activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp,
 /// The same for a rank of a cp group of `cp` ranks running chapter 14's ring attention: every
 /// tensor a layer keeps holds the rank's s/cp positions, and the ring keeps each row's logsumexp,
 /// not the s x s attention maps (FlashAttention's memory, Dao et al. 2022), so
-///  - Recompute::None: (s/cp) b h (10 + 24/t)
+///  - Recompute::None and Selective: (s/cp) b h (10 + 24/t) (the ring has no maps to drop)
 ///  - Recompute::Full: 2 (s/cp) b h
 double ring_activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp, int cp,
                                        Recompute recompute);

@@ -68,6 +68,12 @@ double recompute_flops_per_iteration(const ModelShape& m, std::int64_t batch) {
   return (4 * layers + 3 * logit_forward_flops(m)) * static_cast<double>(batch);
 }
 
+double selective_flops_per_iteration(const ModelShape& m, std::int64_t batch) {
+  const double h = static_cast<double>(m.hidden), s = static_cast<double>(m.seq);
+  return model_flops_per_iteration(m, batch) +
+         m.layers * 4 * s * s * h * static_cast<double>(batch);
+}
+
 std::vector<ModelShape> model_presets() {
   // Narayanan et al. 2021, Table 1: V = 51,200, s = 2048 for every row.
   auto megatron = [](const char* name, int a, std::int64_t h, int l) {

@@ -53,6 +53,9 @@ double model_flops_per_iteration(const ModelShape& m, std::int64_t batch);
 /// Hardware FLOPs with full activation recomputation: the layers' forward runs twice, the logit
 /// layer's once (= 96 B s l h^2 (1 + s/(6h) + V/(16lh)), Narayanan et al. 2021 eq. 3).
 double recompute_flops_per_iteration(const ModelShape& m, std::int64_t batch);
+/// Hardware FLOPs with selective recomputation (Korthikanti et al. 2022): each layer's attention
+/// core (QK^T and AV, 4 s^2 h) runs twice; everything else once.
+double selective_flops_per_iteration(const ModelShape& m, std::int64_t batch);
 
 /// The built-in presets: "megatron-1.7b" ... "megatron-1t" (Narayanan 2021 Table 1),
 /// "gpt3-175b" (Brown et al. 2020) and "llama2-70b" (dense, GQA and SwiGLU approximated).

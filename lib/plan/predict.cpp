@@ -110,7 +110,8 @@ RingPrice ring_price(const ModelShape& model, const PlanLayout& layout, double r
 }
 
 // Per virtual stage and micro-batch: layer matmuls (the backward is 2x the forward, split evenly
-// into input and weight gradients, and recompute adds one forward to the input half), the logit
+// into input and weight gradients, and full recompute adds one forward to the input half,
+// selective the attention core's), the logit
 // layer on the last stage, and the collectives that stall them. The forward's two tp all-reduces
 // stall it, and so do the recomputed forward's. The backward's two (the input gradients of the
 // column-parallel QKV and first MLP matmuls) run while that matmul computes its weight gradient
@@ -128,6 +129,10 @@ std::vector<StagePrice> stage_prices(const ModelShape& model, const PlanLayout& 
   const double s = static_cast<double>(model.seq) / c;
   const double h = static_cast<double>(model.hidden);
   const double redo = layout.recompute == Recompute::Full ? 1 : 0;
+  // selective: the attention core's forward (QK^T and AV) again in the backward; the ring (cp)
+  // keeps no s x s maps, so there it recomputes nothing
+  const double core =
+      layout.recompute == Recompute::Selective && layout.cp == 1 ? 4 * b * s * s * h / t / rate : 0;
   const bool deferred_weights = layout.pp > 1 && layout.schedule == pp::ScheduleKind::ZeroBubbleH1;
   const auto exposed = [&](double weight_gemm_flops) {
     return deferred_weights ? tp_all_reduce
@@ -140,7 +145,7 @@ std::vector<StagePrice> stage_prices(const ModelShape& model, const PlanLayout& 
       const bool moe = model.experts > 0 && (layer + 1) % model.moe_every == 0;
       const double f = layer_forward_flops(model, layer) * b / t / c / rate;
       price.forward_compute += f;
-      price.backward_compute += (1 + redo) * f;
+      price.backward_compute += (1 + redo) * f + core;
       price.weight_compute += f;
       price.forward_tp += 2 * tp_all_reduce;
       price.backward_tp += 2 * redo * tp_all_reduce + exposed(6 * b * s * h * h / t) +
@@ -186,6 +191,8 @@ RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
   out.activation_bytes = in_flight * layers * per_layer(layout.recompute) * e / 2;
   if (layout.recompute == Recompute::Full) // the backward rebuilds one whole layer at a time
     out.activation_bytes += per_layer(Recompute::None) * e / 2;
+  if (layout.recompute == Recompute::Selective) // and one layer's attention maps
+    out.activation_bytes += (per_layer(Recompute::None) - per_layer(Recompute::Selective)) * e / 2;
   return out;
 }
 
@@ -297,6 +304,8 @@ Prediction predict(const ModelShape& model, const PlanLayout& layout, const Clus
   out.model_flops = model_flops_per_iteration(model, layout.global_batch());
   out.hardware_flops = layout.recompute == Recompute::Full
                            ? recompute_flops_per_iteration(model, layout.global_batch())
+                       : layout.recompute == Recompute::Selective && layout.cp == 1
+                           ? selective_flops_per_iteration(model, layout.global_batch())
                            : out.model_flops;
   out.mfu = out.model_flops / (out.step_seconds * devices * device.peak_flops);
   out.tflops_per_device = out.hardware_flops / out.step_seconds / devices / 1e12;

@@ -24,7 +24,7 @@ struct SearchSpace {
   std::vector<int> tp{}, pp{}, ep{}, zero{}, cp{};
   std::vector<pp::ScheduleKind> schedules{}; ///< for pp > 1
   std::vector<int> micro_batch_sizes = {1, 2, 4, 8};
-  std::vector<Recompute> recompute = {Recompute::None, Recompute::Full};
+  std::vector<Recompute> recompute = {Recompute::None, Recompute::Full}; // selective: when asked
   int max_chunks = 4; ///< interleaved: v from 2 up to this (dividing the layers per stage)
   std::string order = mesh::kDefaultOrder;
 };

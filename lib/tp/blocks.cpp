@@ -31,11 +31,8 @@ Tensor TpAttention::forward(const Tensor& x, const nn::ForwardContext& ctx) cons
   const std::int64_t D = qkv[0].size(2) / H;
   auto heads = [&](const Tensor& t) { return permute(reshape(t, {B, T, H, D}), {0, 2, 1, 3}); };
   const bool fused = fused_attention_ && backend_of(x).has_fused_attention();
-  // this rank's heads: a context-parallel rank's ring (chapter 14) over the cp group, else its own
-  Tensor y = ctx.attention != nullptr
-                 ? ctx.attention->attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]))
-             : fused ? flash_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]))
-                     : scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+  // this rank's heads: a context-parallel rank's ring (chapter 14), else its own core
+  Tensor y = ctx.attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), fused);
   y = reshape(permute(y, {0, 2, 1, 3}), {B, T, H * D}); // [B, T, C/t]
   y = c_proj_.forward(y, tp_, tp_.identity_g_layer == layer_);
   return residual_dropout(y, dropout_, ctx, name_, tp_);

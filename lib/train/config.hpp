@@ -25,8 +25,11 @@ struct TrainConfig {
   std::int64_t checkpoint_keep_every = 0; ///< with keep_last: also keep every N-th step
   double peak_gflops = 0;     ///< device peak for MFU; 0 = look up (GPU table / measured CPU peak)
   std::string device = "cpu"; ///< "cpu", "cuda" or "emu" (chapter 11)
-  std::int64_t threads = 0;   ///< CPU threads per rank for its kernels; 0 = TINYSCALE_THREADS,
-                              ///< else this machine's cores divided by its ranks
+  /// What each block keeps for its backward: "none", "selective" (all but the attention core's
+  /// scores and softmax) or "full" (only its input); the rest is recomputed in the backward.
+  std::string recompute = "none";
+  std::int64_t threads = 0; ///< CPU threads per rank for its kernels; 0 = TINYSCALE_THREADS,
+                            ///< else this machine's cores divided by its ranks
 };
 
 } // namespace tinyscale::train

@@ -72,6 +72,9 @@ TEST_CASE("activation bytes per layer are Korthikanti Table 2", "[unit][plan][ex
   m.heads = 64;
   CHECK(activation_bytes_per_layer(m, 4, 8, Recompute::None) == Approx(1325400064.0));
   CHECK(activation_bytes_per_layer(m, 4, 8, Recompute::Full) == Approx(100663296.0));
+  // Selective: the attention maps go, s b h (10 + 24/8) = 50,331,648 x 13 = 654,311,424 bytes
+  // (Korthikanti Table 2's "tensor parallel + selective activation recompute" row).
+  CHECK(activation_bytes_per_layer(m, 4, 8, Recompute::Selective) == Approx(654311424.0));
 }
 
 TEST_CASE("parameter counts are Narayanan eq. 2 and round to Table 1", "[unit][plan]") {
@@ -98,6 +101,33 @@ TEST_CASE("iteration FLOPs are 72 B s l h^2 (...) and, with recompute, eq. 3's 9
         Approx(72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))));
   CHECK(recompute_flops_per_iteration(m, 3072) ==
         Approx(96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))));
+  // selective: the attention core's 4 s^2 h per layer and sequence once more
+  CHECK(selective_flops_per_iteration(m, 3072) ==
+        Approx(model_flops_per_iteration(m, 3072) + B * l * 4 * s * s * h));
+}
+
+TEST_CASE("selective recompute sits between none and full in the planner: less memory than none, "
+          "less time than full",
+          "[unit][plan]") {
+  const ModelShape m = model_preset("megatron-18.4b");
+  const Cluster cluster = cluster_of("dgx-h100-ib.toml", "h100");
+  PlanLayout l;
+  l.tp = 8;
+  l.pp = 4;
+  l.micro_batch = 1;
+  l.micro_batches = 8;
+  const auto with = [&](Recompute r) {
+    l.recompute = r;
+    return predict(m, l, cluster);
+  };
+  const Prediction none = with(Recompute::None), selective = with(Recompute::Selective),
+                   full = with(Recompute::Full);
+  CHECK(selective.activation_bytes < none.activation_bytes);
+  CHECK(full.activation_bytes < selective.activation_bytes);
+  CHECK(none.step_seconds < selective.step_seconds);
+  CHECK(selective.step_seconds < full.step_seconds);
+  CHECK(parse_layout_spec("tp8:pp4:m8:selective").recompute == Recompute::Selective);
+  CHECK(parse_layout_spec("tp8:pp4:m8:selective").spec() == "tp8:pp4:m8:1f1b:selective");
 }
 
 TEST_CASE("a100's sustained rate is Korthikanti Table 4's layer without its forward all-reduces",
