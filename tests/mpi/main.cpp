@@ -60,9 +60,11 @@ struct RankListener : Catch::TestEventListenerBase {
       std::lock_guard<std::mutex> lock(progress().mutex);
       test_case = progress().test_case;
     }
-    std::fprintf(stderr, "mpi_tests rank %d: failed in '%s' at %s:%zu: %s\n", progress().rank,
+    // An exception has no expression: its message is what says what went wrong.
+    const std::string message = result.hasMessage() ? " (" + result.getMessage() + ")" : "";
+    std::fprintf(stderr, "mpi_tests rank %d: failed in '%s' at %s:%zu: %s%s\n", progress().rank,
                  test_case.c_str(), result.getSourceInfo().file, result.getSourceInfo().line,
-                 result.getExpressionInMacro().c_str());
+                 result.getExpressionInMacro().c_str(), message.c_str());
     return true;
   }
 };
