@@ -460,7 +460,7 @@ void add_train(CLI::App& app) {
          "Context-parallel ranks: every sequence cut over N ranks, attention as a ring "
          "passing keys and values around them (lib/cp); with --dp the world is dp x cp "
          "(cp innermost); with --tp, --pp, --ep or --zero 1 chapter 10's composed run. MoE "
-         "routers pool their decision over the cp ranks. Not yet with --sp or --zero 2/3")
+         "routers pool their decision over the cp ranks. Not yet with --zero 2 or 3")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--cp-split", opt->plan.cp_split,
                   "With --cp: load-balanced (2N chunks, rank r holds chunks r and 2N-1-r: equal "

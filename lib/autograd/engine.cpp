@@ -33,6 +33,9 @@ struct GraphTask {
   std::priority_queue<Ready, std::vector<Ready>, Later> ready;
   std::uint64_t arrivals = 0;
   std::vector<std::pair<std::shared_ptr<Node>, Tensor>> deferred;
+  // W passes of backwards run inside this one's B pass (a recomputed piece's inner backward):
+  // they run in this task's W pass, after its own deferred work.
+  std::vector<WeightGradPass> nested;
 
   void count_dependencies(const std::shared_ptr<Node>& root) {
     std::vector<Node*> stack{root.get()};
@@ -126,12 +129,19 @@ struct GraphTask {
       if (!retain_graph) node->release();
       drain();
     }
+    auto inner = std::move(nested);
+    nested.clear();
+    for (WeightGradPass& pass : inner) pass.run();
   }
 };
 
 } // namespace autograd
 
 namespace {
+
+// The backward running on this thread (null outside one): a backward started inside a node's
+// closure hands its W pass to it (defer_weights_to_current).
+thread_local autograd::GraphTask* t_current = nullptr;
 
 std::unique_ptr<autograd::GraphTask> start(const Tensor& root, const Tensor& grad_output,
                                            BackwardOptions options, bool defer) {
@@ -160,7 +170,15 @@ std::unique_ptr<autograd::GraphTask> start(const Tensor& root, const Tensor& gra
   task->count_dependencies(root_node);
   task->buffers[root_node.get()] = seed;
   task->ready.push({root_node, task->arrivals++});
-  task->drain();
+  autograd::GraphTask* const outer = t_current;
+  t_current = task.get();
+  try {
+    task->drain();
+  } catch (...) {
+    t_current = outer;
+    throw;
+  }
+  t_current = outer;
   return task;
 }
 
@@ -177,7 +195,12 @@ WeightGradPass::WeightGradPass(WeightGradPass&&) noexcept = default;
 WeightGradPass& WeightGradPass::operator=(WeightGradPass&&) noexcept = default;
 WeightGradPass::~WeightGradPass() = default;
 
-std::size_t WeightGradPass::pending() const { return task_ ? task_->deferred.size() : 0; }
+std::size_t WeightGradPass::pending() const {
+  if (!task_) return 0;
+  std::size_t n = task_->deferred.size();
+  for (const WeightGradPass& inner : task_->nested) n += inner.pending();
+  return n;
+}
 
 void WeightGradPass::run() {
   if (!task_) return;
@@ -189,6 +212,16 @@ void WeightGradPass::run() {
 WeightGradPass backward_input(const Tensor& root, const Tensor& grad_output,
                               BackwardOptions options) {
   return WeightGradPass(start(root, grad_output, options, true));
+}
+
+void backward_within(const Tensor& root, const Tensor& grad_output) {
+  autograd::GraphTask* const outer = t_current;
+  if (outer == nullptr || !outer->defer_weights) {
+    backward(root, grad_output);
+    return;
+  }
+  WeightGradPass pass = backward_input(root, grad_output);
+  if (pass.pending() > 0) outer->nested.push_back(std::move(pass));
 }
 
 } // namespace tinyscale

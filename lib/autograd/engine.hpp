@@ -49,4 +49,10 @@ private:
 WeightGradPass backward_input(const Tensor& root, const Tensor& grad_output = Tensor(),
                               BackwardOptions options = {});
 
+/// A backward run from inside a node's backward closure (activation recompute's second forward):
+/// like backward(), but when the backward running on this thread is a B pass, the weight
+/// gradients it defers wait for that pass's W pass too, so a recomputed piece keeps the
+/// zero-bubble split.
+void backward_within(const Tensor& root, const Tensor& grad_output);
+
 } // namespace tinyscale

@@ -13,6 +13,7 @@ namespace tinyscale {
 namespace {
 
 thread_local int t_recomputing = 0;
+thread_local std::int64_t t_reruns = 0;
 
 struct RecomputingScope {
   RecomputingScope() { ++t_recomputing; }
@@ -31,6 +32,8 @@ Tensor pack(const std::vector<Tensor>& outs, DType wide) {
 } // namespace
 
 bool recomputing() { return t_recomputing > 0; }
+
+std::int64_t recompute_reruns() { return t_reruns; }
 
 std::vector<Tensor> recompute(const std::string& name, const std::vector<Tensor>& inputs,
                               const RecomputedFn& fn) {
@@ -66,12 +69,14 @@ std::vector<Tensor> recompute(const std::string& name, const std::vector<Tensor>
     {
       EnableGradGuard grad_on;
       RecomputingScope scope;
+      ++t_reruns;
       const Tensor repeated = pack(fn(again), wide);
       TS_CHECK(repeated.shape() == grad.shape(), "recompute '", name, "': the second run returned ",
                repeated.shape().str(), " values, the first ", grad.shape().str(),
                "; the piece must compute the same thing twice");
-      tinyscale::backward(repeated,
-                          grad); // parameters accumulate here; the inputs' gradients below
+      // parameters accumulate here (in the outer W pass under a zero-bubble B pass); the
+      // inputs' gradients below
+      backward_within(repeated, grad);
     }
     autograd::Grads grads;
     for (const Tensor& d : again)

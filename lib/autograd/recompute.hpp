@@ -9,6 +9,7 @@
 
 #include "core/tensor.hpp"
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -31,5 +32,8 @@ std::vector<Tensor> recompute(const std::string& name, const std::vector<Tensor>
 /// True on this thread while a recompute re-runs its piece inside the backward: statistics of
 /// the forward (load counters) count the first run only.
 bool recomputing();
+
+/// How many pieces this thread has run a second time so far (tests: proof that recompute ran).
+std::int64_t recompute_reruns();
 
 } // namespace tinyscale

@@ -38,6 +38,10 @@ MeshStages::MeshStages(const io::RunConfig& config, MeshAxes axes)
     : axes_(axes), model_(config.model, config.train.seed, tp_context(axes),
                           expert_layers(config, axes, loads_)),
       tp_shards_(*axes.tp) {
+  TS_CHECK(axes.ep == nullptr || axes.cp == nullptr || axes.dp != nullptr,
+           "MeshStages: expert and context parallelism together need the dp group (an ep group's ",
+           "rows follow the dp rank; the \"dp x cp\" rank differs between the cp ranks of the ",
+           "same rows), found none; set MeshAxes::dp to the mesh's dp group");
   TS_CHECK(axes.ep == nullptr || axes.expert_data_parallel != nullptr,
            "MeshStages: expert parallelism needs the expert-data-parallel group (the mesh's ",
            "\"dp x cp\"), found none");
@@ -45,8 +49,6 @@ MeshStages::MeshStages(const io::RunConfig& config, MeshAxes axes)
     ep_shards_.emplace(
         *axes.ep, ep::ExpertPlacement(config.model.moe.n_experts, axes.ep->size(), axes.placement));
   if (axes.cp != nullptr) {
-    TS_CHECK(!axes.sequence_parallel, "MeshStages: sequence parallelism inside a context-",
-             "parallel rank's chunks is not composed in this version; leave out --sp or --cp");
     ring_.emplace(*axes.cp, axes.cp_split, axes.trace);
     chunks_ =
         cp::sequence_chunks(axes.cp->rank(), axes.cp->size(), axes.cp_split, config.train.seq_len);

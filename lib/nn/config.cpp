@@ -63,8 +63,8 @@ Recompute parse_recompute(const std::string& name) {
   for (Recompute r : {Recompute::None, Recompute::Selective})
     if (name == recompute_name(r)) return r;
   TS_CHECK(name == recompute_name(Recompute::Full),
-           "train.recompute: expected \"none\", \"selective\" (the attention core) or \"full\" ",
-           "(the whole block), found \"", name, "\"");
+           "recompute (train.recompute, plan --recompute): expected \"none\", \"selective\" ",
+           "(the attention core) or \"full\" (the whole block), found \"", name, "\"");
   return Recompute::Full;
 }
 

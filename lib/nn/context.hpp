@@ -46,6 +46,13 @@ struct SequenceChunks {
   std::vector<std::int64_t> starts;
 };
 
+/// Part `index` of `parts` equal parts of the positions a call holds: `chunks`' positions in
+/// their order, or with nullptr all of 0..positions-1 of rows of `positions`. Sequence
+/// parallelism's tp rank holds such a part of what a context-parallel rank holds. The result's
+/// chunks all have one length (cut where the part crosses a chunk's end), as SequenceChunks needs.
+SequenceChunks sequence_part(const SequenceChunks* chunks, std::int64_t positions, int index,
+                             int parts);
+
 /// The ranks that hold the other positions of a call's rows (context parallelism, lib/cp). A
 /// mixture-of-experts router (chapter 03) pools over them, so that its capacity, its balancing
 /// loss and its z-loss are the whole rows', as one rank computes them.

@@ -6,6 +6,8 @@
 #include "nn/context.hpp"
 #include "ops/ops.hpp"
 
+#include <numeric>
+
 namespace tinyscale::nn {
 
 DropoutRng ForwardContext::dropout_rng(const std::string& name, std::int64_t row_elements) const {
@@ -50,6 +52,23 @@ Tensor ForwardContext::attend(const Tensor& q, const Tensor& k, const Tensor& v,
   return tinyscale::recompute("attention core", {q, k, v}, [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2])};
   })[0];
+}
+
+SequenceChunks sequence_part(const SequenceChunks* chunks, std::int64_t positions, int index,
+                             int parts) {
+  const SequenceChunks whole =
+      chunks != nullptr ? *chunks : SequenceChunks{positions, positions, {0}};
+  const std::int64_t held = whole.length * static_cast<std::int64_t>(whole.starts.size());
+  TS_CHECK(parts >= 1 && index >= 0 && index < parts && held % parts == 0,
+           "sequence_part: ", "expected ", held, " positions to cut into ", parts,
+           " equal parts and a part in [0, ", parts, "), found part ", index);
+  const std::int64_t n = held / parts, first = index * n;
+  const std::int64_t run = std::gcd(n, whole.length); // no piece crosses a chunk's end
+  SequenceChunks part{whole.seq_len, run, {}};
+  for (std::int64_t p = first; p < first + n; p += run)
+    part.starts.push_back(whole.starts[static_cast<std::size_t>(p / whole.length)] +
+                          p % whole.length);
+  return part;
 }
 
 Tensor ForwardContext::position_rows(const Tensor& table, std::int64_t T) const {

@@ -23,11 +23,14 @@ void check_layout_rules(const mesh::ParallelPlan& plan, const io::RunConfig& con
     tp::check_tp_layout(config.model, config.train.seq_len, plan.tp, plan.sequence_parallel);
   if (plan.composed()) (void)plan.mesh_layout(); // the order names every axis of size > 1
   if (plan.cp > 1) {
-    TS_CHECK(!plan.sequence_parallel && plan.zero <= 1, "--cp ", plan.cp,
-             ": expected it with --dp, --tp, --pp, --ep, --zero 0 or 1, --order or ",
-             "--topology (not yet composed with --sp or --zero 2 or 3), found",
-             plan.sequence_parallel ? " --sp" : "", plan.sequence_parallel ? "," : "", " --zero ",
-             plan.zero, "; leave those out, or --cp");
+    TS_CHECK(plan.zero <= 1, "--cp ", plan.cp, ": expected it with --zero 0 or 1 (not yet ",
+             "composed with ZeRO stages 2 and 3), found --zero ", plan.zero,
+             "; use --zero 1, or leave out --cp");
+    TS_CHECK(!plan.sequence_parallel || config.train.seq_len % (plan.cp * plan.tp) == 0, "--cp ",
+             plan.cp, " with --sp and --tp ", plan.tp, ": expected train.seq_len to cut into cp x ",
+             "tp = ", plan.cp * plan.tp, " equal parts (each tp rank holds a part of its cp ",
+             "rank's positions), found ", config.train.seq_len, "; choose a multiple of ",
+             plan.cp * plan.tp);
     cp::check_cp_layout(config, plan.cp, cp::parse_split(plan.cp_split));
   }
   if (plan.pp > 1 || plan.composed())

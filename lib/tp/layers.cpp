@@ -66,10 +66,10 @@ Tensor RowParallelLinear::forward(const Tensor& x, const TpContext& tp, bool ide
 Tensor residual_dropout(const Tensor& x, double p, const nn::ForwardContext& ctx,
                         const std::string& name, const TpContext& tp) {
   if (!tp.sequence_parallel) return ctx.dropout(x, p, name);
-  TS_CHECK(ctx.chunks == nullptr, "tp::residual_dropout: sequence parallelism over a context-",
-           "parallel rank's chunks is not composed in this version; leave out --sp or --cp");
-  const std::int64_t T = x.size(1); // this rank's positions T r .. T (r + 1) of rows of T t
-  const nn::SequenceChunks mine{T * tp.size(), T, {T * tp.rank()}};
+  // this rank's part of the positions the call holds (rows of T t, or a cp rank's chunks)
+  const std::int64_t T = x.size(1);
+  const nn::SequenceChunks mine =
+      nn::sequence_part(ctx.chunks, T * tp.size(), tp.rank(), tp.size());
   nn::ForwardContext here = ctx;
   here.chunks = &mine;
   return here.dropout(x, p, name);

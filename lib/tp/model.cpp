@@ -114,11 +114,13 @@ Tensor TpGPT::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
                                               tp_.rank() * rows_per_rank, config_.vocab_size),
                      tp_);
   const std::int64_t t_local = x.size(1);
-  const Tensor wpe = cast(wpe_, config_.compute_dtype());
-  // sequence parallelism: this rank's slice; else the positions the call holds (context
-  // parallelism: its chunks)
-  x = x + (tp_.sequence_parallel ? slice(wpe, 0, tp_.rank() * t_local, (tp_.rank() + 1) * t_local)
-                                 : ctx.position_rows(wpe, t_local));
+  // the positions this rank holds: the call's (all, or a context-parallel rank's chunks), and
+  // with sequence parallelism its part of them
+  nn::ForwardContext here = ctx;
+  const nn::SequenceChunks part =
+      nn::sequence_part(ctx.chunks, t_local * tp_.size(), tp_.rank(), tp_.size());
+  if (tp_.sequence_parallel) here.chunks = &part;
+  x = x + here.position_rows(cast(wpe_, config_.compute_dtype()), t_local);
   return residual_dropout(x, config_.dropout, ctx, "wte+wpe", tp_);
 }
 

@@ -3,6 +3,7 @@
 // model and cp 4 the same losses, gradient norms and validation loss as no recompute, bit for bit.
 #include "mpi_world.hpp"
 
+#include "autograd/recompute.hpp"
 #include "dp_equivalence.hpp"
 #include "fourd/run.hpp"
 #include "fourd_equivalence.hpp"
@@ -45,7 +46,9 @@ TEST_CASE("mpi: recompute (selective, full) on 4 processes gives tp 2 x pp 2 wit
                << world->rank());
     const std::vector<double> plain = steps_of(*world, plan, config, "none");
     CHECK(steps_of(*world, plan, config, "selective") == plain);
+    const std::int64_t before = recompute_reruns();
     CHECK(steps_of(*world, plan, config, "full") == plain);
+    CHECK(recompute_reruns() > before); // the blocks did run twice
   }
   world->barrier();
 }

@@ -88,6 +88,11 @@ TEST_CASE("Context parallelism composed with tp, pp, dp and ZeRO-1 equals one ra
           "[parallel][cp]") {
   const io::RunConfig one = fourd_run_config(1, 2, false), two = fourd_run_config(2, 2, false);
   CHECK(fourd_difference(one, {.tp = 2, .cp = 2}) == "");
+  CHECK(fourd_difference(one, {.tp = 2, .sequence_parallel = true, .cp = 2}) == "");
+  CHECK(
+      fourd_difference(
+          one, {.tp = 2, .sequence_parallel = true, .cp = 2, .cp_split = cp::Split::Contiguous}) ==
+      "");
   CHECK(fourd_difference(one, {.pp = 2, .cp = 2}) == "");
   CHECK(fourd_difference(two, {.dp = 2, .pp = 2, .zero = 1, .cp = 2}) == "");
   CHECK(fourd_difference(one, {.tp = 2,
@@ -105,6 +110,7 @@ TEST_CASE("Context parallelism with MoE composed: tp2 x cp2, ep2 x cp2 (local an
           "[parallel][cp]") {
   const io::RunConfig two = fourd_run_config(2, 2, true), four = fourd_run_config(4, 2, true);
   CHECK(fourd_difference(two, {.tp = 2, .cp = 2}) == "");
+  CHECK(fourd_difference(two, {.tp = 2, .sequence_parallel = true, .cp = 2}) == "");
   CHECK(fourd_difference(two, {.dp = 2, .ep = 2, .cp = 2}) == "");
   CHECK(fourd_difference(four, {.dp = 4,
                                 .ep = 2,
@@ -112,6 +118,8 @@ TEST_CASE("Context parallelism with MoE composed: tp2 x cp2, ep2 x cp2 (local an
                                 .cp = 2,
                                 .cp_split = cp::Split::Contiguous}) == "");
   CHECK(fourd_difference(four, {.dp = 4, .tp = 2, .pp = 2, .ep = 2, .zero = 1, .cp = 2}) == "");
+  CHECK(fourd_difference(
+            four, {.dp = 4, .tp = 2, .pp = 2, .ep = 2, .sequence_parallel = true, .cp = 2}) == "");
 }
 
 TEST_CASE("Context parallelism composed, float64 with biases: tp2 x pp2 x cp2, dp2 x tp2 x cp2 "
@@ -172,9 +180,13 @@ TEST_CASE("train --cp through make_run equals one rank, and check_plan refuses w
   mesh::ParallelPlan with_sp = plan;
   with_sp.tp = 2;
   with_sp.sequence_parallel = true;
-  REQUIRE_TS_ERROR(fourd::check_plan(with_sp.for_world(8), config),
-                   Contains("not yet composed with --sp or --zero 2 or 3") &&
-                       Contains("found --sp, --zero 0"));
+  with_sp.cp_split = "contiguous";
+  io::RunConfig odd_rows = config;
+  odd_rows.model.n_positions = 32;
+  odd_rows.train.seq_len = 18; // 2 cp chunks of 9, which 2 sequence-parallel ranks cannot share
+  REQUIRE_TS_ERROR(fourd::check_plan(with_sp.for_world(8), odd_rows),
+                   Contains("expected train.seq_len to cut into cp x tp = 4 equal parts") &&
+                       Contains("found 18; choose a multiple of 4"));
   mesh::ParallelPlan with_zero3 = plan;
   with_zero3.zero = 3;
   REQUIRE_TS_ERROR(fourd::check_plan(with_zero3.for_world(4), config),

@@ -5,6 +5,7 @@
 // one rank (dense and MoE), dp 2 with ZeRO-3 (its hooks gather a block's parameters again for
 // the second run), tp 2 with sequence parallelism, pp 2 with 1F1B and ZB-H1, the composed dp 2 x
 // tp 2 x pp 2 with ep 2 and ZeRO-1, and cp 2 (the ring runs again in the backward).
+#include "autograd/recompute.hpp"
 #include "comm/launch.hpp"
 #include "dp_equivalence.hpp"
 #include "fourd/run.hpp"
@@ -23,6 +24,7 @@ namespace {
 struct Trace {
   std::vector<double> losses, norms, aux;
   double val = 0;
+  std::int64_t reruns = 0; ///< pieces this rank ran a second time (not compared)
   bool operator==(const Trace& o) const {
     return losses == o.losses && norms == o.norms && aux == o.aux && val == o.val;
   }
@@ -37,12 +39,14 @@ std::vector<Trace> run_plan(const mesh::ParallelPlan& plan, const io::RunConfig&
         const std::unique_ptr<train::RankRun> run =
             fourd::make_run(plan.for_world(world.size()), config, world);
         Trace& t = out[static_cast<std::size_t>(world.rank())];
+        const std::int64_t reruns = recompute_reruns();
         for (int s = 0; s < config.train.steps; ++s) {
           const train::StepResult r = run->train_step();
           t.losses.push_back(r.loss);
           t.norms.push_back(r.grad_norm);
           t.aux.push_back(r.aux_loss + r.z_loss);
         }
+        t.reruns = recompute_reruns() - reruns;
         t.val = run->evaluate();
       },
       comm::testing::test_options(std::chrono::seconds(60)));
@@ -57,14 +61,22 @@ std::string describe(const Trace& t) {
   return s.str();
 }
 
-// "" when selective and full recompute give `plan` exactly the steps it takes without.
+// "" when selective and full recompute give `plan` exactly the steps it takes without, and every
+// rank did recompute (selective: unless its attention is the cp ring, which keeps no maps).
 std::string recompute_difference(const mesh::ParallelPlan& plan, io::RunConfig config) {
   config.train.recompute = "none";
   const std::vector<Trace> plain = run_plan(plan, config);
   for (const char* mode : {"selective", "full"}) {
     config.train.recompute = mode;
     const std::vector<Trace> again = run_plan(plan, config);
-    for (std::size_t r = 0; r < plain.size(); ++r)
+    const bool expect_reruns = std::string(mode) == "full" || plan.cp == 1;
+    for (std::size_t r = 0; r < plain.size(); ++r) {
+      if (plain[r].reruns != 0 || (again[r].reruns > 0) != expect_reruns) {
+        std::ostringstream s;
+        s << mode << " recompute, rank " << r << ": " << again[r].reruns
+          << " pieces ran twice (none: " << plain[r].reruns << ")";
+        return s.str();
+      }
       if (!(again[r] == plain[r])) {
         std::ostringstream s;
         s.precision(17);
@@ -72,6 +84,7 @@ std::string recompute_difference(const mesh::ParallelPlan& plan, io::RunConfig c
           << describe(plain[r]);
         return s.str();
       }
+    }
   }
   return "";
 }
