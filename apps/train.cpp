@@ -45,7 +45,8 @@ struct TrainOptions {
   bool resume_latest = false;
   bool auto_resume = false;
   double peak_gflops = 0;
-  int threads = 0; // 0: train.threads, else TINYSCALE_THREADS, else the cores per rank
+  int threads = 0;       // 0: train.threads, else TINYSCALE_THREADS, else the cores per rank
+  std::string recompute; // "": train.recompute
   bool list_keys = false;
   mesh::ParallelPlan plan; // --dp, --tp, --pp, --ep, --zero and their options
   std::int64_t bucket_kb = 256;
@@ -317,6 +318,7 @@ void run_train(TrainOptions opt) {
   io::RunConfig config = io::load_config(opt.config, opt.overrides);
   if (opt.peak_gflops > 0) config.train.peak_gflops = opt.peak_gflops;
   if (opt.threads > 0) config.train.threads = opt.threads;
+  if (!opt.recompute.empty()) config.train.recompute = opt.recompute;
   TemporaryDir init_root;
   if (!opt.init_from.empty()) {
     // The model's shape is the folder's in any case (a resumed run's checkpoint has it); its
@@ -498,6 +500,11 @@ void add_train(CLI::App& app) {
   cmd->add_option("--topology", opt->plan.topology,
                   "With a composed run: print the placement report of its mesh on this topology "
                   "file (configs/topologies/*.toml): the links every group crosses");
+  cmd->add_option("--recompute", opt->recompute,
+                  "Activation recompute, as train.recompute: none, selective (the attention "
+                  "core's scores and softmax rebuilt in the backward) or full (each block from its "
+                  "input); the steps are the same bit for bit, the memory smaller (chapter 07)")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   cmd->add_flag("--no-prefetch", opt->no_prefetch,
                 "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,
