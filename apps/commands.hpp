@@ -33,6 +33,9 @@ void add_bench_cp(CLI::App& bench);
 /// Adds `bench ep`: one expert-parallel MoE layer's dispatch, expert and combine times, its
 /// all-to-all bytes against the balanced-routing formula and its expert load, balanced and skewed.
 void add_bench_ep(CLI::App& bench);
+/// Adds `bench recompute`: per recompute mode, the step time, one layer's kept bytes and a
+/// step's peak allocation, measured, beside Korthikanti et al.'s formula (chapter 07).
+void add_bench_recompute(CLI::App& bench);
 /// Adds `bench zero`: memory per rank, bytes sent and step time per ZeRO stage and dp size.
 void add_bench_zero(CLI::App& bench);
 /// Adds `bench pp`: pipeline schedules' bubble per rank measured beside the simulator's and the

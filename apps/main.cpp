@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   tinyscale::app::add_bench_dp(*bench);
   tinyscale::app::add_bench_tp(*bench);
   tinyscale::app::add_bench_cp(*bench);
+  tinyscale::app::add_bench_recompute(*bench);
   tinyscale::app::add_bench_ep(*bench);
   tinyscale::app::add_bench_zero(*bench);
   tinyscale::app::add_bench_pp(*bench);
