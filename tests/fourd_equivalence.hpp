@@ -102,8 +102,7 @@ inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& con
     options.row_replicas = &mesh.group("dp x ep");
   }
   pp::PipelineTrainer trainer(config, mesh.group(mesh::Axis::Pp), options, nullptr,
-                              &mesh.group("dp x cp x ep"),
-                              std::make_unique<fourd::MeshStages>(config, axes));
+                              &mesh.group("dp x cp x ep"), fourd::mesh_stages(config, axes));
   FourdRecord r;
   HostTraffic traffic;
   for (int s = 0; s < config.train.steps; ++s) {

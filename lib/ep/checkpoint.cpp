@@ -67,14 +67,15 @@ std::string EpTrainer::save_checkpoint() const {
   const nn::ParameterList& mine = trainer_->model().parameters();
   // The single-rank model's parameters: an expert held elsewhere is shaped like this rank's first
   // expert of its layer.
-  nn::ParameterList whole;
+  std::vector<nn::ParameterSpec> whole;
   for (const std::string& name : single_rank_order(mine, placement_)) {
     const int e = expert_index(name);
     const auto [prefix, suffix] =
         e < 0 ? std::pair<std::string, std::string>{} : split_expert_name(name);
     const std::string like =
         e < 0 ? name : prefix + std::to_string(placement_.expert(ep_->rank(), 0)) + suffix;
-    whole.push_back({name, nn::find_parameter(mine, like).tensor});
+    const Tensor& t = nn::find_parameter(mine, like).tensor;
+    whole.push_back({name, t.shape(), t.dtype()});
   }
   ExpertShardMap shards(*ep_, placement_);
   io::Checkpoint c =

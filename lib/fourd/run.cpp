@@ -78,11 +78,11 @@ public:
     }
     trace_ = metrics::make_trace_recorder(world, trace_path_);
     axes.trace = trace_.get(); // the ring's steps and transfers, with cp
-    auto model = std::make_unique<MeshStages>(config, axes);
-    // one stage runs 1F1B: plain gradient accumulation, one micro-batch's activations at a time
+    // each rank builds its stages' shards only; one stage runs 1F1B: plain gradient
+    // accumulation, one micro-batch's activations at a time
     trainer_ = std::make_unique<pp::PipelineTrainer>(config, mesh_.group(mesh::Axis::Pp), options,
                                                      trace_.get(), &mesh_.group("dp x cp x ep"),
-                                                     std::move(model));
+                                                     mesh_stages(config, axes));
   }
 
   train::StepResult train_step() override {

@@ -15,6 +15,7 @@
 #include "ep/shard_map.hpp"
 #include "io/config.hpp"
 #include "pp/stage_model.hpp"
+#include "pp/trainer.hpp"
 #include "tp/model.hpp"
 #include "tp/sharding.hpp"
 
@@ -48,12 +49,12 @@ struct MeshAxes {
 
 using ep::is_expert_parameter; // chapter 08's: h.N.mlp.experts.e.*
 
-/// One rank's shards of the whole model (every block: the executor trains its stages').
+/// One rank's shards of its stages' pieces of the model.
 class MeshStages : public pp::StageModel {
 public:
-  /// Builds this rank's shards and experts with the single-rank model's initial values. The
-  /// groups must outlive the model.
-  MeshStages(const io::RunConfig& config, MeshAxes axes);
+  /// Builds this rank's shards and experts of `pieces` (its stages', PipelineTrainer::pieces)
+  /// with the single-rank model's initial values. The groups must outlive the model.
+  MeshStages(const io::RunConfig& config, MeshAxes axes, const nn::Pieces& pieces = {});
   ~MeshStages() override;
 
   const nn::ParameterList& parameters() const override { return model_.parameters(); }
@@ -88,5 +89,10 @@ private:
   nn::SequenceChunks chunks_;                   // this rank's positions of each row
   std::optional<cp::CpSequenceGroup> sequence_; // and the MoE routers' pool
 };
+
+/// PipelineTrainer's stage-model factory for a composed run: MeshStages of `config` over `axes`
+/// (whose groups must outlive the trainer), of each rank's own stages.
+pp::PipelineTrainer::StageModelFactory mesh_stages(const io::RunConfig& config,
+                                                   const MeshAxes& axes);
 
 } // namespace tinyscale::fourd

@@ -11,27 +11,56 @@ const ModelConfig& validated(const ModelConfig& config) {
   return config;
 }
 
-// Members initialise in declaration order, so the parameter list comes out in forward order:
-// wte, wpe, h.0 ... h.{L-1}, ln_f.
-std::vector<Block> make_blocks(ParameterList& params, const ModelConfig& config, std::uint64_t seed,
-                               const MoeLayerFactory& moe_layer) {
-  std::vector<Block> blocks;
-  blocks.reserve(static_cast<std::size_t>(config.n_layer));
-  for (int i = 0; i < config.n_layer; ++i) blocks.emplace_back(params, i, config, seed, moe_layer);
-  return blocks;
+// The pieces asked for, checked against the config.
+Pieces checked(Pieces pieces, const ModelConfig& config) {
+  TS_CHECK(pieces.blocks.empty() ||
+               pieces.blocks.size() == static_cast<std::size_t>(config.n_layer),
+           "GPT: expected one entry per block in Pieces::blocks (", config.n_layer, "), found ",
+           pieces.blocks.size());
+  return pieces;
 }
 } // namespace
 
-GPT::GPT(const ModelConfig& config, std::uint64_t seed, const MoeLayerFactory& moe_layer)
-    : config_(validated(config)),
-      wte_(normal_parameter(params_, "wte.weight", Shape({config.vocab_size, config.n_embd}),
-                            config.initializer_range, seed, config.dtype, false)),
-      wpe_(normal_parameter(params_, "wpe.weight", Shape({config.n_positions, config.n_embd}),
-                            config.initializer_range, seed, config.dtype, false)),
-      blocks_(make_blocks(params_, config, seed, moe_layer)),
-      ln_f_(params_, "ln_f", config.n_embd, config.bias, config.layer_norm_epsilon, config.dtype) {}
+// Parameters are added in forward order: wte, wpe, h.0 ... h.{L-1}, ln_f (the pieces built).
+GPT::GPT(const ModelConfig& config, std::uint64_t seed, const MoeLayerFactory& moe_layer,
+         Pieces pieces)
+    : config_(validated(config)), pieces_(checked(std::move(pieces), config)) {
+  if (pieces_.embeddings || pieces_.head)
+    wte_ = normal_parameter(params_, "wte.weight", Shape({config.vocab_size, config.n_embd}),
+                            config.initializer_range, seed, config.dtype, false);
+  if (pieces_.embeddings)
+    wpe_ = normal_parameter(params_, "wpe.weight", Shape({config.n_positions, config.n_embd}),
+                            config.initializer_range, seed, config.dtype, false);
+  blocks_.resize(static_cast<std::size_t>(config.n_layer));
+  for (int i = 0; i < config.n_layer; ++i)
+    if (pieces_.block(i))
+      blocks_[static_cast<std::size_t>(i)].emplace(params_, i, config, seed, moe_layer);
+  if (pieces_.head)
+    ln_f_.emplace(params_, "ln_f", config.n_embd, config.bias, config.layer_norm_epsilon,
+                  config.dtype);
+}
+
+std::vector<ParameterSpec> gpt_parameter_specs(const ModelConfig& config) {
+  std::vector<ParameterSpec> out;
+  const auto add = [&](const Pieces& pieces) {
+    for (const ParameterSpec& s : specs_of(GPT(config, 0, {}, pieces).parameters()))
+      if (out.empty() || s.name != "wte.weight") out.push_back(s); // the tied wte once
+  };
+  Pieces embeddings = Pieces::none(config.n_layer), head = embeddings;
+  embeddings.embeddings = true;
+  add(embeddings);
+  for (int i = 0; i < config.n_layer; ++i) {
+    Pieces one = Pieces::none(config.n_layer);
+    one.blocks[static_cast<std::size_t>(i)] = true;
+    add(one);
+  }
+  head.head = true;
+  add(head);
+  return out;
+}
 
 Tensor GPT::embed(const Tensor& ids, const ForwardContext& ctx) const {
+  check_holds(pieces_.embeddings, "GPT", "the embeddings", pieces_, config_.n_layer);
   TS_CHECK(ids.rank() == 2, "GPT: expected token ids [B, T], found ", ids.shape().str());
   const std::int64_t T = ids.size(1);
   const std::int64_t row = ctx.chunks != nullptr ? ctx.chunks->seq_len : T;
@@ -46,12 +75,15 @@ Tensor GPT::embed(const Tensor& ids, const ForwardContext& ctx) const {
 FeedForwardOutput GPT::block(int layer, const Tensor& x, const ForwardContext& ctx) const {
   TS_CHECK(layer >= 0 && layer < config_.n_layer, "GPT::block: expected a layer in [0, ",
            config_.n_layer, "), found ", layer);
-  return blocks_[static_cast<std::size_t>(layer)].forward(x, ctx);
+  check_holds(pieces_.block(layer), "GPT", "block " + std::to_string(layer), pieces_,
+              config_.n_layer);
+  return blocks_[static_cast<std::size_t>(layer)]->forward(x, ctx);
 }
 
 Tensor GPT::head(const Tensor& x) const {
   // tied: [B, T, C] x [V, C]^T in the activations' dtype; the GEMM reads wte transposed, no copy
-  return matmul_nt(ln_f_.forward(x), cast(wte_, x.dtype()));
+  check_holds(pieces_.head, "GPT", "the head", pieces_, config_.n_layer);
+  return matmul_nt(ln_f_->forward(x), cast(wte_, x.dtype()));
 }
 
 Tensor GPT::lm_loss(const Tensor& logits, const Tensor& targets) const {

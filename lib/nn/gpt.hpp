@@ -7,6 +7,7 @@
 #include "nn/block.hpp"
 #include "nn/model.hpp"
 
+#include <optional>
 #include <vector>
 
 namespace tinyscale::nn {
@@ -14,13 +15,17 @@ namespace tinyscale::nn {
 /// GPT-2 with optional MoE layers.
 class GPT final : public Model {
 public:
-  /// Builds and initialises the model (GPT-2 init; every parameter from Philox(seed, its name)).
-  /// `moe_layer` builds each MoE sublayer (empty: moe::MoeFeedForward, all experts on this rank).
-  GPT(const ModelConfig& config, std::uint64_t seed, const MoeLayerFactory& moe_layer = {});
+  /// Builds and initialises the model (GPT-2 init; every parameter from Philox(seed, its name),
+  /// so a piece has the same values whatever else is built beside it). `moe_layer` builds each
+  /// MoE sublayer (empty: moe::MoeFeedForward, all experts on this rank). `pieces`: the pieces
+  /// to build (a pipeline rank's stages; default: all).
+  GPT(const ModelConfig& config, std::uint64_t seed, const MoeLayerFactory& moe_layer = {},
+      Pieces pieces = {});
 
   const ModelConfig& config() const override { return config_; }
-  /// Every parameter once, in forward order; the tied head is wte itself.
+  /// Every parameter built once, in forward order; the tied head is wte itself.
   const ParameterList& parameters() const override { return params_; }
+  const Pieces& pieces() const override { return pieces_; }
 
   /// ids [B, T] (int64) -> x [B, T, C]: wte[ids] + wpe[0..T), with dropout.
   Tensor embed(const Tensor& ids, const ForwardContext& ctx) const override;
@@ -33,10 +38,16 @@ public:
 
 private:
   ModelConfig config_;
+  Pieces pieces_;
   ParameterList params_;
-  Tensor wte_, wpe_;
-  std::vector<Block> blocks_;
-  LayerNorm ln_f_;
+  Tensor wte_, wpe_; // undefined where not built
+  std::vector<std::optional<Block>> blocks_;
+  std::optional<LayerNorm> ln_f_;
 };
+
+/// The whole model's parameters without their values, in nn::GPT's order (built one piece at a
+/// time, so at most one block is allocated at once): what a pipeline rank, which builds only
+/// its stages, knows of the others.
+std::vector<ParameterSpec> gpt_parameter_specs(const ModelConfig& config);
 
 } // namespace tinyscale::nn

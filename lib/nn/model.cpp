@@ -2,11 +2,42 @@
 
 #include "autograd/recompute.hpp"
 
+#include <algorithm>
 #include <memory>
+#include <sstream>
 
 #include "core/error.hpp"
 
 namespace tinyscale::nn {
+
+Pieces Pieces::none(int n_layer) {
+  return Pieces{false, false, std::vector<bool>(static_cast<std::size_t>(n_layer), false)};
+}
+
+bool Pieces::whole() const {
+  return embeddings && head && std::all_of(blocks.begin(), blocks.end(), [](bool b) { return b; });
+}
+
+std::string Pieces::describe(int n_layer) const {
+  std::ostringstream out;
+  const char* sep = "";
+  if (embeddings) out << "embeddings", sep = ", ";
+  bool first = true;
+  for (int i = 0; i < n_layer; ++i)
+    if (block(i)) {
+      out << (first ? sep : "") << (first ? "blocks " : " ") << i;
+      first = false, sep = ", ";
+    }
+  if (head) out << sep << "head", sep = ", ";
+  return *sep == '\0' ? "no piece" : out.str();
+}
+
+void check_holds(bool held, const char* model, const std::string& wanted, const Pieces& pieces,
+                 int n_layer) {
+  TS_CHECK(held, model, ": expected ", wanted, " on this rank, found only ",
+           pieces.describe(n_layer), "; a pipeline rank builds its own stages' pieces only ",
+           "(nn::Pieces), so run each piece on the rank whose stage holds it");
+}
 
 FeedForwardOutput run_block(const std::function<FeedForwardOutput(const Tensor&)>& block,
                             const Tensor& x, const ForwardContext& ctx) {

@@ -10,6 +10,7 @@
 #include "nn/mlp.hpp"
 #include "nn/parameter.hpp"
 
+#include <string>
 #include <vector>
 
 namespace tinyscale::nn {
@@ -31,6 +32,27 @@ struct ModelOutput {
 FeedForwardOutput run_block(const std::function<FeedForwardOutput(const Tensor&)>& block,
                             const Tensor& x, const ForwardContext& ctx);
 
+/// The pieces of a model one rank builds. A pipeline rank (chapter 06) builds only its stages':
+/// the embeddings on the first, its blocks, ln_f and the tied wte on the last; the default is
+/// the whole model. A piece left out allocates nothing, and calling it throws.
+struct Pieces {
+  bool embeddings = true;   ///< wte and wpe
+  bool head = true;         ///< ln_f and the tied wte
+  std::vector<bool> blocks; ///< block i is built where blocks[i]; empty: every block
+  /// None of the pieces of a model of `n_layer` blocks (a rank whose stages are in another model).
+  static Pieces none(int n_layer);
+  /// Whether block `layer` is built.
+  bool block(int layer) const { return blocks.empty() || blocks[static_cast<std::size_t>(layer)]; }
+  /// Whether every piece is built (the whole model).
+  bool whole() const;
+  /// "embeddings, blocks 0 1 2, head" (for messages).
+  std::string describe(int n_layer) const;
+};
+
+/// Throws, naming the pieces `model` holds, unless it holds `wanted` ("block 3", "the head").
+void check_holds(bool held, const char* model, const std::string& wanted, const Pieces& pieces,
+                 int n_layer);
+
 /// A GPT-style model: embeddings, blocks, a head and a loss.
 class Model {
 public:
@@ -39,6 +61,11 @@ public:
   virtual const ModelConfig& config() const = 0;
   /// Every parameter (this rank's shard of it) once, in forward order, with its single-rank name.
   virtual const ParameterList& parameters() const = 0;
+  /// The pieces this rank built (default: the whole model).
+  virtual const Pieces& pieces() const {
+    static const Pieces whole;
+    return whole;
+  }
   /// ids [B, T] (int64) -> the residual stream [B, T, C], with dropout.
   virtual Tensor embed(const Tensor& ids, const ForwardContext& ctx) const = 0;
   /// Block `layer` on the residual stream.

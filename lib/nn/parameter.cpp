@@ -17,6 +17,12 @@ const NamedParameter& find_parameter(const ParameterList& params, const std::str
   return params.front(); // unreachable
 }
 
+std::vector<ParameterSpec> specs_of(const ParameterList& params) {
+  std::vector<ParameterSpec> out;
+  for (const auto& p : params) out.push_back({p.name, p.tensor.shape(), p.tensor.dtype(), p.decay});
+  return out;
+}
+
 std::int64_t count_elements(const ParameterList& params) {
   std::int64_t n = 0;
   for (const auto& p : params) n += p.tensor.numel();

@@ -21,6 +21,18 @@ struct NamedParameter {
 /// The parameters of a model in a fixed order (forward order: embeddings, blocks, final norm).
 using ParameterList = std::vector<NamedParameter>;
 
+/// A parameter without its values: what a rank that holds no piece of it knows (checkpoints of
+/// a pipeline, whose ranks build only their stages).
+struct ParameterSpec {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::Float32;
+  bool decay = true;
+};
+
+/// The name, shape, dtype and decay of each of `params`, in order.
+std::vector<ParameterSpec> specs_of(const ParameterList& params);
+
 /// The parameter called `name`; throws, listing near names, when there is none.
 const NamedParameter& find_parameter(const ParameterList& params, const std::string& name);
 

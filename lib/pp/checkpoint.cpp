@@ -82,11 +82,8 @@ std::string PipelineTrainer::save_checkpoint() {
     }
     return h;
   };
-  io::Checkpoint c = train::join_checkpoint(shards, trainer_.model().parameters(), held);
+  io::Checkpoint c = train::join_checkpoint(shards, whole_model(), held);
   trainer_.stamp(c);
-  NoGradGuard no_grad;
-  for (const auto& [name, t] : c.model) // the single-rank model follows the stages
-    Tensor(nn::find_parameter(trainer_.model().parameters(), name).tensor).copy_(t);
   const bool writer = group_->rank() == 0 && model_->leads() &&
                       (data_parallel_ == nullptr || data_parallel_->rank() == 0);
   if (writer) (void)trainer_.write_checkpoint(c);

@@ -50,22 +50,67 @@ void check_pipeline_layout(const io::RunConfig& config, int stages, const Pipeli
            "with pipelines too): use --zero 1");
 }
 
+namespace {
+// The ranks whose rows add up to the batch (row_replicas, else the data-parallel group).
+int replica_count(const PipelineOptions& o, const comm::Communicator* data_parallel) {
+  return o.row_replicas != nullptr  ? o.row_replicas->size()
+         : data_parallel != nullptr ? data_parallel->size()
+                                    : 1;
+}
+
+// A measured cut: rank 0 of pipeline 0 times each piece of a whole model of its own, built for
+// that and freed before the stages are; every rank cuts with the same numbers. (The one moment a
+// rank holds the whole model: --pp-blocks measured asks for it.)
+LayerCosts measured_costs(const io::RunConfig& config, comm::Communicator& group,
+                          comm::Communicator* data_parallel, std::int64_t rows) {
+  const int n_layer = config.model.n_layer;
+  std::vector<double> costs(static_cast<std::size_t>(n_layer) + 2, 0.0);
+  if (group.rank() == 0 && (data_parallel == nullptr || data_parallel->rank() == 0)) {
+    train::Trainer whole(config, {}, train::OptimizerOwner::Caller);
+    const LayerCosts measured = measure_layer_costs(whole, rows);
+    costs[0] = measured.embed;
+    costs[1] = measured.head;
+    std::copy(measured.blocks.begin(), measured.blocks.end(), costs.begin() + 2);
+  }
+  Tensor shared =
+      Tensor::from_vector(costs, Shape({static_cast<std::int64_t>(costs.size())}), DType::Float64);
+  comm::broadcast(group, shared, 0);
+  if (data_parallel != nullptr) comm::broadcast(*data_parallel, shared, 0);
+  costs = shared.to_vector();
+  return {costs[0], std::vector<double>(costs.begin() + 2, costs.end()), costs[1]};
+}
+} // namespace
+
 PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group,
                                  PipelineOptions options, metrics::TraceRecorder* trace,
                                  comm::Communicator* data_parallel,
-                                 std::unique_ptr<StageModel> model)
-    : trainer_((check_pipeline_layout(config, group.size(), options,
-                                      options.row_replicas != nullptr ? options.row_replicas->size()
-                                      : data_parallel != nullptr      ? data_parallel->size()
-                                                                      : 1),
-                std::move(config)),
-               {}, train::OptimizerOwner::Caller),
-      model_(model != nullptr ? std::move(model) : std::make_unique<GptStages>(trainer_.model())),
-      group_(&group), data_parallel_(data_parallel), options_(std::move(options)),
-      schedule_(make_schedule(options_.schedule, group.size(),
-                              static_cast<int>(trainer_.config().train.micro_batches),
-                              options_.chunks)),
-      partition_(make_partition(trainer_.config(), group.size(), options_)), rank_(group.rank()),
+                                 const StageModelFactory& make_model)
+    : group_(&group), data_parallel_(data_parallel), options_(std::move(options)),
+      schedule_((check_pipeline_layout(config, group.size(), options_,
+                                       replica_count(options_, data_parallel)),
+                 make_schedule(options_.schedule, group.size(),
+                               static_cast<int>(config.train.micro_batches), options_.chunks))),
+      rank_(group.rank()),
+      layer_costs_(
+          options_.measured_partition && options_.blocks_per_stage.empty()
+              ? measured_costs(config, group, data_parallel,
+                               config.train.batch_size / (replica_count(options_, data_parallel) *
+                                                          config.train.micro_batches))
+              : LayerCosts{}),
+      partition_(layer_costs_.blocks.empty()
+                     ? make_partition(config, group.size(), options_)
+                     : balanced_partition(config.model.n_layer, schedule_.virtual_stages(),
+                                          layer_costs_.blocks, layer_costs_.embed,
+                                          layer_costs_.head)),
+      // this rank's pieces only (none when the caller makes a stage model of its own)
+      trainer_(
+          [&](const io::RunConfig& c) {
+            return std::make_unique<nn::GPT>(c.model, c.train.seed, nn::MoeLayerFactory{},
+                                             make_model ? nn::Pieces::none(c.model.n_layer)
+                                                        : pieces());
+          },
+          std::move(config), train::OptimizerOwner::Caller),
+      model_(make_model ? make_model(pieces()) : std::make_unique<GptStages>(trainer_.model())),
       trace_(trace) {
   // A stage model of its own (a composed run's) lives where the trainer's does.
   nn::to_device(model_->parameters(), trainer_.device());
@@ -76,25 +121,6 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
   rows_ = t.batch_size / (D * t.micro_batches);
   data_parallel_rank_ = static_cast<int>(d);
   loss_divisor_ = static_cast<double>(D * t.micro_batches);
-  if (options_.measured_partition && options_.blocks_per_stage.empty()) {
-    // rank 0 of pipeline 0 measures; every rank cuts with the same numbers
-    const int n_layer = trainer_.config().model.n_layer;
-    std::vector<double> costs(static_cast<std::size_t>(n_layer) + 2, 0.0);
-    if (rank_ == 0 && (data_parallel_ == nullptr || data_parallel_->rank() == 0)) {
-      layer_costs_ = measure_layer_costs(trainer_, rows_);
-      costs[0] = layer_costs_.embed;
-      costs[1] = layer_costs_.head;
-      std::copy(layer_costs_.blocks.begin(), layer_costs_.blocks.end(), costs.begin() + 2);
-    }
-    Tensor shared = Tensor::from_vector(costs, Shape({static_cast<std::int64_t>(costs.size())}),
-                                        DType::Float64);
-    comm::broadcast(*group_, shared, 0);
-    if (data_parallel_ != nullptr) comm::broadcast(*data_parallel_, shared, 0);
-    costs = shared.to_vector();
-    layer_costs_ = {costs[0], std::vector<double>(costs.begin() + 2, costs.end()), costs[1]};
-    partition_ = balanced_partition(n_layer, schedule_.virtual_stages(), layer_costs_.blocks,
-                                    layer_costs_.embed, layer_costs_.head);
-  }
   validate(schedule_);
   // The optimizer of this rank's stages: whole, or (ZeRO-1) sharded over each data-parallel group.
   nn::ParameterList mine;
@@ -132,6 +158,30 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
 }
 
 PipelineTrainer::~PipelineTrainer() = default;
+
+nn::Pieces PipelineTrainer::pieces() const {
+  const int n_layer = partition_.end(partition_.stages() - 1);
+  nn::Pieces out = nn::Pieces::none(n_layer);
+  const int last = schedule_.virtual_stages() - 1;
+  out.embeddings = schedule_.rank_of(0) == rank_;
+  out.head = schedule_.rank_of(last) == rank_;
+  for (int s = 0; s <= last; ++s)
+    if (schedule_.rank_of(s) == rank_)
+      for (int i = partition_.begin(s); i < partition_.end(s); ++i)
+        out.blocks[static_cast<std::size_t>(i)] = true;
+  return out;
+}
+
+const std::vector<nn::ParameterSpec>& PipelineTrainer::whole_model() const {
+  if (whole_.empty()) whole_ = nn::gpt_parameter_specs(trainer_.config().model);
+  return whole_;
+}
+
+std::int64_t PipelineTrainer::parameter_count() const {
+  std::int64_t n = 0;
+  for (const nn::ParameterSpec& s : whole_model()) n += s.shape.numel();
+  return n;
+}
 
 std::vector<const nn::NamedParameter*> PipelineTrainer::owned_parameters() const {
   std::vector<const nn::NamedParameter*> out;
@@ -443,10 +493,12 @@ nn::ParameterList PipelineTrainer::gathered_parameters() {
            "pipeline: gathered_parameters() joins whole nn::GPT parameters; this run's stages ",
            "are split over other axes too: compare each rank's own parameters instead");
   nn::ParameterList out;
-  for (const nn::NamedParameter& p : trainer_.model().parameters()) {
-    Tensor copy = p.tensor.detach().clone();
-    comm::broadcast(*group_, copy, trainer_rank(p.name));
-    out.push_back({p.name, copy, p.decay});
+  for (const nn::ParameterSpec& s : whole_model()) {
+    Tensor copy = owns(s.name)
+                      ? nn::find_parameter(model_->parameters(), s.name).tensor.detach().clone()
+                      : Tensor::empty(s.shape, s.dtype, trainer_.device());
+    comm::broadcast(*group_, copy, trainer_rank(s.name));
+    out.push_back({s.name, copy, s.decay});
   }
   return out;
 }

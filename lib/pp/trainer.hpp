@@ -15,6 +15,7 @@
 #include "pp/stage_model.hpp"
 #include "train/trainer.hpp"
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -93,18 +94,23 @@ struct BubbleReport {
 /// the last), its optimizer, and the whole step's schedule.
 class PipelineTrainer {
 public:
+  /// Builds a rank's stage model from the pieces of the model it holds (its stages').
+  using StageModelFactory = std::function<std::unique_ptr<StageModel>(const nn::Pieces&)>;
+
   /// Collective over `group` (the pp group, rank r = pipeline rank r; it must outlive this).
   /// `trace` (optional) records every action: compute as "F3", "B3", "I3", "W3", sends and
   /// receives on the "comm" stream. `data_parallel` (optional): the ranks holding the same
   /// stages in the other pipelines (PP x DP); pipeline d runs rows [d B/D, (d+1) B/D) of the
   /// global batch B in its m micro-batches, and the stages' gradients are summed over it.
-  /// `model` (optional) is what the stages are cut from: a model split over the other axes of
-  /// a mesh (chapter 10's fourd::MeshStages, built for this config); without it, the whole
-  /// nn::GPT of train::Trainer (GptStages).
+  /// `make_model` (optional) builds what the stages are cut from: a model split over the other
+  /// axes of a mesh (chapter 10's fourd::MeshStages, built for this config); without it, an
+  /// nn::GPT of train::Trainer (GptStages). Either way a rank builds only its own stages'
+  /// pieces (the embeddings on the first stage, the head and the tied wte on the last), so its
+  /// parameters fall as 1/p.
   PipelineTrainer(io::RunConfig config, comm::Communicator& group, PipelineOptions options = {},
                   metrics::TraceRecorder* trace = nullptr,
                   comm::Communicator* data_parallel = nullptr,
-                  std::unique_ptr<StageModel> model = nullptr);
+                  const StageModelFactory& make_model = {});
   ~PipelineTrainer();
 
   /// Collective: one optimizer step on the global batch of train.batch_size rows in
@@ -127,7 +133,7 @@ public:
 
   /// Collective: the full model's parameters, each from the rank that trains it (every rank
   /// gets every one; the embeddings from the first stage). Only for nn::GPT stages (throws
-  /// when a model was passed in: its shards are joined by their own axes).
+  /// when a stage model was made by the caller: its shards are joined by their own axes).
   nn::ParameterList gathered_parameters();
   /// The parameters this rank trains (its stages'; the tied wte on the first and last).
   std::vector<const nn::NamedParameter*> owned_parameters() const;
@@ -151,12 +157,18 @@ public:
   /// The pipeline rank whose value of parameter `name` is the trained one: wte and wpe the first
   /// stage's, a block its stage's, ln_f the last stage's (checkpoints take it from there).
   int trainer_rank(const std::string& name) const;
-  /// The config, data, step count and learning-rate schedule. Its nn::GPT is the model of
-  /// GptStages; its optimizer is empty (OptimizerOwner::Caller): this class steps its own.
+  /// The config, data, step count and learning-rate schedule. Its nn::GPT (this rank's pieces)
+  /// is the model of GptStages, and holds no piece when the caller made the stage model; its
+  /// optimizer is empty (OptimizerOwner::Caller): this class steps its own.
   const train::Trainer& trainer() const { return trainer_; }
   std::int64_t step() const { return trainer_.step(); }
-  /// Elements of the whole model (every stage's, on every rank).
-  std::int64_t parameter_count() const { return trainer_.parameter_count(); }
+  /// Elements of the whole model (every stage's, though this rank holds its own only).
+  std::int64_t parameter_count() const;
+  /// The pieces of the model this rank builds: its stages'.
+  nn::Pieces pieces() const;
+  /// The whole model's parameters without values, in nn::GPT's order (checkpoints visit them
+  /// all; computed once, on first use).
+  const std::vector<nn::ParameterSpec>& whole_model() const;
 
 private:
   struct MicroBatchState; // one (chunk, micro-batch)'s tensors while it is in flight
@@ -170,8 +182,6 @@ private:
   double global_grad_norm();
   int tag(const Action& a, bool gradient) const;
 
-  train::Trainer trainer_;
-  std::unique_ptr<StageModel> model_;
   comm::Communicator* group_;
   comm::Communicator* data_parallel_ = nullptr; ///< null: one pipeline
   PipelineOptions options_;
@@ -180,9 +190,12 @@ private:
     return options_.row_replicas != nullptr ? options_.row_replicas : data_parallel_;
   }
   Schedule schedule_;
-  Partition partition_;
-  LayerCosts layer_costs_;
   int rank_ = 0;
+  LayerCosts layer_costs_; // (before partition_, which a measured cut fills it for)
+  Partition partition_;
+  train::Trainer trainer_; // built after the cut: its model is this rank's pieces
+  mutable std::vector<nn::ParameterSpec> whole_;
+  std::unique_ptr<StageModel> model_;
   std::int64_t rows_ = 0;      ///< rows per micro-batch
   int data_parallel_rank_ = 0; ///< this pipeline's index d (its rows: StageModel::first_row)
   double loss_divisor_ = 1;    ///< micro-batches of the whole step: m x data-parallel size

@@ -77,21 +77,32 @@ private:
 };
 
 TpGPT::TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp,
-             const nn::MoeLayerFactory& moe_layer)
-    : config_(config), tp_(tp) {
+             const nn::MoeLayerFactory& moe_layer, nn::Pieces pieces)
+    : config_(config), tp_(tp), pieces_(std::move(pieces)) {
   TS_CHECK(tp.group != nullptr, "TpGPT: expected a tp group, found none; pass the mesh's tp ",
            "communicator (or the world) in TpContext::group");
   config.validate();
   // A sequence length is not known here; the trainer checks it (check_tp_layout).
   check_tp_layout(config, 0, tp.size(), false);
-  wte_ = shard_normal_parameter(params_, "wte.weight", Shape({config.vocab_size, config.n_embd}),
-                                config.initializer_range, seed, config.dtype, tp, false);
-  wpe_ = nn::normal_parameter(params_, "wpe.weight", Shape({config.n_positions, config.n_embd}),
-                              config.initializer_range, seed, config.dtype, false);
-  if (tp.sequence_parallel) sp_params_.push_back(params_.back());
+  TS_CHECK(pieces_.blocks.empty() ||
+               pieces_.blocks.size() == static_cast<std::size_t>(config.n_layer),
+           "TpGPT: expected one entry per block in Pieces::blocks (", config.n_layer, "), found ",
+           pieces_.blocks.size());
+  // nn::GPT's pieces and order: wte, wpe, h.0 ... h.{L-1}, ln_f (those built)
+  if (pieces_.embeddings || pieces_.head)
+    wte_ = shard_normal_parameter(params_, "wte.weight", Shape({config.vocab_size, config.n_embd}),
+                                  config.initializer_range, seed, config.dtype, tp, false);
+  if (pieces_.embeddings) {
+    wpe_ = nn::normal_parameter(params_, "wpe.weight", Shape({config.n_positions, config.n_embd}),
+                                config.initializer_range, seed, config.dtype, false);
+    if (tp.sequence_parallel) sp_params_.push_back(params_.back());
+  }
+  blocks_.resize(static_cast<std::size_t>(config.n_layer));
   for (int i = 0; i < config.n_layer; ++i)
-    blocks_.push_back(
-        std::make_unique<TpBlock>(params_, sp_params_, i, config, seed, tp, moe_layer));
+    if (pieces_.block(i))
+      blocks_[static_cast<std::size_t>(i)] =
+          std::make_unique<TpBlock>(params_, sp_params_, i, config, seed, tp, moe_layer);
+  if (!pieces_.head) return;
   ln_f_ = std::make_unique<nn::LayerNorm>(params_, "ln_f", config.n_embd, config.bias,
                                           config.layer_norm_epsilon, config.dtype);
   if (tp.sequence_parallel)
@@ -103,6 +114,7 @@ TpGPT::~TpGPT() = default;
 TpGPT::TpGPT(TpGPT&&) noexcept = default;
 
 Tensor TpGPT::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
+  nn::check_holds(pieces_.embeddings, "TpGPT", "the embeddings", pieces_, config_.n_layer);
   TS_CHECK(ids.rank() == 2, "TpGPT: expected token ids [B, T], found ", ids.shape().str());
   const std::int64_t T = ids.size(1), rows_per_rank = wte_.size(0);
   TS_CHECK(T <= config_.n_positions, "TpGPT: expected at most n_positions = ", config_.n_positions,
@@ -128,12 +140,15 @@ nn::FeedForwardOutput TpGPT::block(int layer, const Tensor& x,
                                    const nn::ForwardContext& ctx) const {
   TS_CHECK(layer >= 0 && layer < config_.n_layer, "TpGPT: expected a block in [0, ",
            config_.n_layer, "), found ", layer);
+  nn::check_holds(pieces_.block(layer), "TpGPT", "block " + std::to_string(layer), pieces_,
+                  config_.n_layer);
   comm::CountingRegion region(*tp_.group, "block");
   return blocks_[static_cast<std::size_t>(layer)]->forward(x, ctx);
 }
 
 Tensor TpGPT::head(const Tensor& x) const {
   // The tied head, column-parallel over the vocabulary: [B, T, C] x [C, V/t].
+  nn::check_holds(pieces_.head, "TpGPT", "the head", pieces_, config_.n_layer);
   comm::CountingRegion region(*tp_.group, "head");
   Tensor h = enter_tp(ln_f_->forward(x), tp_);
   return matmul_nt(h, cast(wte_, h.dtype()));

@@ -34,8 +34,9 @@ public:
   /// outlive the model.
   /// `moe_layer` (optional) builds the MoE sublayers instead of TpMoe: expert parallelism
   /// inside tensor parallelism (chapter 10) passes ep::EpMoeFeedForward with split experts.
+  /// `pieces`: the pieces to build (a pipeline rank's stages, chapter 10; default: all).
   TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp,
-        const nn::MoeLayerFactory& moe_layer = {});
+        const nn::MoeLayerFactory& moe_layer = {}, nn::Pieces pieces = {});
   ~TpGPT();
   TpGPT(TpGPT&&) noexcept;
 
@@ -43,6 +44,7 @@ public:
   const TpContext& tp() const { return tp_; }
   /// Every parameter shard once, in nn::GPT's order and with its names.
   const nn::ParameterList& parameters() const override { return params_; }
+  const nn::Pieces& pieces() const override { return pieces_; }
   /// The replicated parameters whose gradients are partial sums over tp (sequence parallelism).
   const nn::ParameterList& sequence_parallel_parameters() const { return sp_params_; }
 
@@ -66,9 +68,10 @@ public:
 private:
   nn::ModelConfig config_;
   TpContext tp_;
+  nn::Pieces pieces_;
   nn::ParameterList params_, sp_params_;
   Tensor wte_, wpe_; ///< wte [V/t, C] (this rank's vocabulary rows), wpe [n_positions, C]
-  std::vector<std::unique_ptr<TpBlock>> blocks_;
+  std::vector<std::unique_ptr<TpBlock>> blocks_; ///< null where not built
   std::unique_ptr<nn::LayerNorm> ln_f_;
 };
 

@@ -18,13 +18,13 @@ Tensor host_copy(const Tensor& t) {
 }
 } // namespace
 
-io::Checkpoint join_checkpoint(ShardMap& map, const nn::ParameterList& whole,
+io::Checkpoint join_checkpoint(ShardMap& map, const std::vector<nn::ParameterSpec>& whole,
                                const std::function<HeldParameter(const std::string&)>& held) {
   NoGradGuard no_grad;
   io::Checkpoint c;
   io::NamedTensors exp_avg, exp_avg_sq;
   std::vector<std::int64_t> steps;
-  for (const nn::NamedParameter& w : whole) {
+  for (const nn::ParameterSpec& w : whole) {
     const std::string& name = w.name;
     Tensor p, m, v;
     Tensor count = Tensor::zeros(Shape({1}), DType::Float64);
@@ -35,9 +35,9 @@ io::Checkpoint join_checkpoint(ShardMap& map, const nn::ParameterList& whole,
       v = host_copy(map.join(name, h.exp_avg_sq));
       count = Tensor::from_vector({static_cast<double>(h.steps)}, Shape({1}), DType::Float64);
     } else {
-      p = Tensor::empty(w.tensor.shape(), w.tensor.dtype());
-      m = Tensor::empty(w.tensor.shape(), w.tensor.dtype());
-      v = Tensor::empty(w.tensor.shape(), w.tensor.dtype());
+      p = Tensor::empty(w.shape, w.dtype);
+      m = Tensor::empty(w.shape, w.dtype);
+      v = Tensor::empty(w.shape, w.dtype);
     }
     for (Tensor* t : {&p, &m, &v, &count}) map.share(name, *t);
     c.model.emplace_back(name, p);

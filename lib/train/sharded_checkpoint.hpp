@@ -58,7 +58,7 @@ struct HeldParameter {
 /// piece. `held(name)` gives this rank's piece, called in that order where map.holds(name) (it
 /// may be collective over the ranks holding the same piece). The caller adds the step, the config
 /// and the seeds (train::Trainer::stamp) and chooses the writer.
-io::Checkpoint join_checkpoint(ShardMap& map, const nn::ParameterList& whole,
+io::Checkpoint join_checkpoint(ShardMap& map, const std::vector<nn::ParameterSpec>& whole,
                                const std::function<HeldParameter(const std::string&)>& held);
 
 /// join_checkpoint's `held` for a rank whose pieces are `params` and whose AdamW is `adamw`: the

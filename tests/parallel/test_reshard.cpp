@@ -93,7 +93,7 @@ std::vector<double> composed(comm::Communicator& world, const io::RunConfig& c,
   pp::PipelineOptions o;
   o.zero = zero;
   pp::PipelineTrainer t(c, mesh.group(mesh::Axis::Pp), o, nullptr, &mesh.group("dp x cp x ep"),
-                        std::make_unique<fourd::MeshStages>(c, axes));
+                        fourd::mesh_stages(c, axes));
   return drive(t, c, from);
 }
 

@@ -56,14 +56,15 @@ TEST_CASE("join_checkpoint visits every parameter in the single-rank order and t
   HalfMap map(1);
   const nn::ParameterList whole = {
       {"a", values({0, 0, 0, 0})}, {"b", values({0, 0})}, {"c", values({0, 0})}};
-  const io::Checkpoint c = train::join_checkpoint(map, whole, [](const std::string& name) {
-    train::HeldParameter h;
-    h.value = name == "a" ? values({1, 2}) : values({3});
-    h.exp_avg = name == "a" ? values({4, 5}) : values({6});
-    h.exp_avg_sq = name == "a" ? values({8, 9}) : values({10});
-    h.steps = name == "a" ? 3 : 5;
-    return h;
-  });
+  const io::Checkpoint c =
+      train::join_checkpoint(map, nn::specs_of(whole), [](const std::string& name) {
+        train::HeldParameter h;
+        h.value = name == "a" ? values({1, 2}) : values({3});
+        h.exp_avg = name == "a" ? values({4, 5}) : values({6});
+        h.exp_avg_sq = name == "a" ? values({8, 9}) : values({10});
+        h.steps = name == "a" ? 3 : 5;
+        return h;
+      });
   CHECK(map.joined == std::vector<std::string>{"a", "a", "a", "c", "c", "c"});
   CHECK(map.shared.size() == 12); // value, two moments, step count, for each of the three
   REQUIRE(c.model.size() == 3);

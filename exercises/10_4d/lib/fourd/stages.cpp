@@ -34,9 +34,9 @@ nn::MoeLayerFactory expert_layers(const io::RunConfig& config, const MeshAxes& a
 }
 } // namespace
 
-MeshStages::MeshStages(const io::RunConfig& config, MeshAxes axes)
+MeshStages::MeshStages(const io::RunConfig& config, MeshAxes axes, const nn::Pieces& pieces)
     : axes_(axes), model_(config.model, config.train.seed, tp_context(axes),
-                          expert_layers(config, axes, loads_)),
+                          expert_layers(config, axes, loads_), pieces),
       tp_shards_(*axes.tp) {
   TS_CHECK(axes.ep == nullptr || axes.cp == nullptr || axes.dp != nullptr,
            "MeshStages: expert and context parallelism together need the dp group (an ep group's ",
@@ -57,6 +57,13 @@ MeshStages::MeshStages(const io::RunConfig& config, MeshAxes axes)
 }
 
 MeshStages::~MeshStages() = default;
+
+pp::PipelineTrainer::StageModelFactory mesh_stages(const io::RunConfig& config,
+                                                   const MeshAxes& axes) {
+  return [config, axes](const nn::Pieces& pieces) {
+    return std::make_unique<MeshStages>(config, axes, pieces);
+  };
+}
 
 // With cp: this rank's positions of the ids, wpe and dropout at them (cp::CpGPT's way).
 Tensor MeshStages::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
