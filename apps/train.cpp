@@ -12,6 +12,7 @@
 #include "comm/launcher.hpp"
 #include "commands.hpp"
 #include "core/device_query.hpp"
+#include "fourd/memory_report.hpp"
 #include "fourd/run.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
@@ -47,6 +48,7 @@ struct TrainOptions {
   double peak_gflops = 0;
   int threads = 0;       // 0: train.threads, else TINYSCALE_THREADS, else the cores per rank
   std::string recompute; // "": train.recompute
+  bool memory = false;   // --memory: each rank's allocator counts, printed beside the formulas
   bool list_keys = false;
   mesh::ParallelPlan plan; // --dp, --tp, --pp, --ep, --zero and their options
   std::int64_t bucket_kb = 256;
@@ -113,8 +115,9 @@ bool resumes(const TrainOptions& opt, const train::TrainConfig& t) {
 // The loop, the same for every layout: `run` steps collectively; only the `root` rank prints
 // and writes metrics; every rank evaluates and saves at the same steps (a run whose ranks hold
 // shards joins them into one checkpoint, written by rank 0).
+// `watch` (with --memory) counts this rank's allocations around each step.
 void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankRun& trainer,
-              bool root, int ranks, int threads) {
+              bool root, int ranks, int threads, fourd::RankMemoryWatch* watch) {
   const train::TrainConfig& t = config.train;
   // MFU is per core: on the CPU each rank's intra-op threads each hold one core's peak.
   const bool on_cpu = trainer.device().kind == Device::Kind::CPU;
@@ -199,7 +202,9 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
   std::int64_t timed_tokens = 0;
   bool evaluated = false;
   while (trainer.step() < t.steps) {
+    if (watch != nullptr) watch->step_begins();
     train::StepResult r = trainer.train_step();
+    if (watch != nullptr) watch->step_ended();
     total_seconds += r.seconds;
     timed_tokens += t.batch_size * t.seq_len;
     if (!root) {
@@ -319,6 +324,9 @@ void run_train(TrainOptions opt) {
   if (opt.peak_gflops > 0) config.train.peak_gflops = opt.peak_gflops;
   if (opt.threads > 0) config.train.threads = opt.threads;
   if (!opt.recompute.empty()) config.train.recompute = opt.recompute;
+  TS_CHECK(!opt.memory || config.train.device == "cpu", "train --memory: expected train.device ",
+           "= \"cpu\" (the counts are the CPU allocator's), found \"", config.train.device,
+           "\"; leave --memory out on a GPU");
   TemporaryDir init_root;
   if (!opt.init_from.empty()) {
     // The model's shape is the folder's in any case (a resumed run's checkpoint has it); its
@@ -367,9 +375,16 @@ void run_train(TrainOptions opt) {
   if (one_rank) { // the single-rank reference of chapter 02, without any wrapper
     const int per_rank = train::threads_per_rank(config.train, 1, launch.cpus_per_task);
     cpu::IntraOpThreads intra_op(per_rank);
+    std::optional<fourd::RankMemoryWatch> watch;
+    if (opt.memory) watch.emplace();
     std::unique_ptr<train::RankRun> run = train::make_single_rank_run(config);
-    run_loop(opt, config, *run, true, 1, per_rank);
+    if (watch) watch->built();
+    run_loop(opt, config, *run, true, 1, per_rank, watch ? &*watch : nullptr);
     run->finish();
+    if (watch)
+      std::printf("%s", fourd::format_memory_rows(
+                            fourd::gather_memory_rows(nullptr, plan, config, watch->measured()))
+                            .c_str());
     return;
   }
   const int per_rank = train::threads_per_rank(config.train, sharing, given);
@@ -379,9 +394,16 @@ void run_train(TrainOptions opt) {
       fourd::check_plan(plan.for_world(world.size()), config, opt.trace_path);
       print_host_map(plan, config.train, world, backend, per_rank);
     }
+    std::optional<fourd::RankMemoryWatch> watch; // (on this rank's thread)
+    if (opt.memory) watch.emplace();
     std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world, opt.trace_path);
-    run_loop(opt, config, *run, world.rank() == 0, world.size(), per_rank);
+    if (watch) watch->built();
+    run_loop(opt, config, *run, world.rank() == 0, world.size(), per_rank,
+             watch ? &*watch : nullptr);
     run->finish();
+    if (!watch) return;
+    const auto rows = fourd::gather_memory_rows(&world, plan, config, watch->measured());
+    if (world.rank() == 0) std::printf("%s", fourd::format_memory_rows(rows).c_str());
   });
 }
 
@@ -505,6 +527,10 @@ void add_train(CLI::App& app) {
                   "core's scores and softmax rebuilt in the backward) or full (each block from its "
                   "input); the steps are the same bit for bit, the memory smaller (chapter 07)")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  cmd->add_flag("--memory", opt->memory,
+                "After the run, print what each rank held, counted by the CPU allocator (at rest: "
+                "parameters and optimizer state; a step's peak above that; the run's peak) beside "
+                "the planner's formulas for its pipeline stage (train.device = cpu)");
   cmd->add_flag("--no-prefetch", opt->no_prefetch,
                 "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,

@@ -1,5 +1,7 @@
 #include "backend/memory_counter.hpp"
 
+#include "core/error.hpp"
+
 #include <atomic>
 
 namespace tinyscale {
@@ -24,6 +26,8 @@ namespace {
 thread_local detail::MemoryState* active = nullptr;
 // Keeps the active state alive for the scope (the raw pointer above is only its fast copy).
 thread_local std::shared_ptr<detail::MemoryState> active_owner;
+// The CountAllAllocations counter of this thread (null: none).
+thread_local std::shared_ptr<detail::MemoryState> everything;
 } // namespace
 
 MemoryCounter::MemoryCounter() : state_(std::make_shared<detail::MemoryState>()) {}
@@ -44,14 +48,25 @@ CountAllocations::~CountAllocations() {
   active = active_owner.get();
 }
 
+CountAllAllocations::CountAllAllocations(MemoryCounter& counter) {
+  TS_CHECK(everything == nullptr, "CountAllAllocations: expected no other on this thread, found ",
+           "one; count a thread's allocations into one counter at a time");
+  everything = counter.state_;
+}
+
+CountAllAllocations::~CountAllAllocations() { everything.reset(); }
+
 std::shared_ptr<void> counted_buffer(void* buffer, std::size_t bytes, void (*release)(void*)) {
-  if (active == nullptr) return std::shared_ptr<void>(buffer, release);
+  if (active == nullptr && everything == nullptr) return std::shared_ptr<void>(buffer, release);
   const auto n = static_cast<std::int64_t>(bytes);
-  active->add(n);
-  return std::shared_ptr<void>(buffer, [release, n, state = active_owner](void* p) {
-    state->live.fetch_sub(n);
-    release(p);
-  });
+  for (detail::MemoryState* s : {active, everything.get()})
+    if (s != nullptr) s->add(n);
+  return std::shared_ptr<void>(buffer,
+                               [release, n, scope = active_owner, all = everything](void* p) {
+                                 for (detail::MemoryState* s : {scope.get(), all.get()})
+                                   if (s != nullptr) s->live.fetch_sub(n);
+                                 release(p);
+                               });
 }
 
 } // namespace tinyscale

@@ -32,6 +32,7 @@ public:
 
 private:
   friend class CountAllocations;
+  friend class CountAllAllocations;
   std::shared_ptr<detail::MemoryState> state_;
 };
 
@@ -48,8 +49,20 @@ private:
   std::shared_ptr<detail::MemoryState> previous_;
 };
 
+/// Makes every CPU-backend allocation on the calling thread count into `counter` while it lives,
+/// whatever CountAllocations scopes run inside it (they count as well): a rank's whole footprint,
+/// for `tinyscale train`'s memory report. One per thread at a time (they do not nest).
+class CountAllAllocations {
+public:
+  explicit CountAllAllocations(MemoryCounter& counter);
+  ~CountAllAllocations();
+  CountAllAllocations(const CountAllAllocations&) = delete;
+  CountAllAllocations& operator=(const CountAllAllocations&) = delete;
+};
+
 /// For backends: owns `buffer` of `bytes` bytes, freed by `release`, and counts it into the
-/// calling thread's active counter, if any (without a scope it costs one thread-local read).
+/// calling thread's active counter and its CountAllAllocations counter, if any (without a scope
+/// it costs two thread-local reads).
 std::shared_ptr<void> counted_buffer(void* buffer, std::size_t bytes, void (*release)(void*));
 
 } // namespace tinyscale

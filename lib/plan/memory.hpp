@@ -6,6 +6,7 @@
 
 #include "plan/layout.hpp"
 #include "plan/model.hpp"
+#include "zero/memory.hpp"
 
 namespace tinyscale::plan {
 
@@ -30,6 +31,7 @@ double ring_activation_bytes_per_layer(const ModelShape& m, int micro_batch, int
 struct RankMemory {
   double parameters = 0;  ///< parameters this device holds a copy or shard of (elements)
   double state_bytes = 0; ///< weights + gradients + optimizer state (ZeRO formula)
+  zero::StateBytes state; ///< state_bytes by kind
   double activation_bytes = 0;
   double total() const { return state_bytes + activation_bytes; }
 };

@@ -175,12 +175,13 @@ RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
   const zero::StateBytesPerParameter constants = state_constants(device);
   RankMemory out;
   out.parameters = params.dense + params.expert;
-  out.state_bytes =
-      zero::state_bytes_formula(layout.zero, params.dense, layout.dp * layout.ep * layout.cp,
-                                constants)
-          .total() +
-      zero::state_bytes_formula(layout.zero, params.expert, layout.dp * layout.cp, constants)
-          .total();
+  const zero::StateBytes dense = zero::state_bytes_formula(
+      layout.zero, params.dense, layout.dp * layout.ep * layout.cp, constants);
+  const zero::StateBytes expert =
+      zero::state_bytes_formula(layout.zero, params.expert, layout.dp * layout.cp, constants);
+  out.state = {dense.parameters + expert.parameters, dense.gradients + expert.gradients,
+               dense.optimizer + expert.optimizer};
+  out.state_bytes = out.state.total();
   const int layers = model.layers / layout.pp;
   const auto per_layer = [&](Recompute recompute) {
     return layout.cp > 1
@@ -197,6 +198,20 @@ RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
 }
 
 } // namespace
+
+std::vector<RankMemory> pipeline_rank_memory(const ModelShape& model, const PlanLayout& layout,
+                                             const Device& device) {
+  const int p = layout.pp;
+  const std::vector<pp::StageCosts> unit(static_cast<std::size_t>(p * layout.chunks));
+  const PipelineTimes pipeline =
+      time_pipeline(p == 1 ? pp::ScheduleKind::OneFOneB : layout.schedule, p, layout.micro_batches,
+                    layout.chunks, unit, 0);
+  std::vector<RankMemory> out;
+  for (int r = 0; r < p; ++r)
+    out.push_back(rank_memory(model, layout, rank_parameters(model, layout, r),
+                              pipeline.peak_in_flight[static_cast<std::size_t>(r)], device));
+  return out;
+}
 
 bool splits_evenly(const ModelShape& model, int pp, int chunks) {
   return model.layers % (pp * chunks) == 0;

@@ -9,6 +9,7 @@
 #include "plan/collective.hpp"
 #include "plan/device.hpp"
 #include "plan/layout.hpp"
+#include "plan/memory.hpp"
 #include "plan/model.hpp"
 
 #include <string>
@@ -46,6 +47,13 @@ struct Prediction {
   bool fits = false;            ///< memory_bytes <= the cluster's budget
   Link tp_link, pp_link, dp_link, ep_link, cp_link; ///< each group's slowest link ("": none)
 };
+
+/// The memory of each pipeline rank's devices in `layout` on `device` (the planner's memory
+/// filter): the state of plan::rank_parameters by ZeRO's formulas, and Korthikanti's activations
+/// times the micro-batches the rank holds at its peak (the schedule replayed with unit costs).
+/// `tinyscale train` prints these beside what each rank's allocator measured.
+std::vector<RankMemory> pipeline_rank_memory(const ModelShape& model, const PlanLayout& layout,
+                                             const Device& device);
 
 /// Whether the cost model can price `pp` stages of `chunks` chunks each: it gives every chunk the
 /// same number of layers, so pp x chunks must divide them. Not a rule of `tinyscale train`, which

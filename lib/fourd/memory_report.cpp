@@ -1,0 +1,120 @@
+#include "fourd/memory_report.hpp"
+
+#include "comm/tensor_comm.hpp"
+#include "core/error.hpp"
+#include "plan/model.hpp"
+#include "plan/predict.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace tinyscale::fourd {
+
+void RankMemoryWatch::step_begins() {
+  run_peak_ = std::max(run_peak_, counter_.peak_bytes());
+  counter_.reset_peak();
+  step_start_ = counter_.live_bytes();
+}
+
+void RankMemoryWatch::step_ended() {
+  measured_.step_peak = std::max(measured_.step_peak, counter_.peak_bytes() - step_start_);
+}
+
+MeasuredMemory RankMemoryWatch::measured() const {
+  MeasuredMemory out = measured_;
+  out.peak = std::max(run_peak_, counter_.peak_bytes());
+  return out;
+}
+
+plan::PlanLayout plan_layout_of(const mesh::ParallelPlan& plan, const io::RunConfig& config) {
+  plan::PlanLayout l;
+  const int dp = std::max(1, plan.dp); // counts the ep ranks
+  l.dp = dp / plan.ep;
+  l.tp = plan.tp;
+  l.pp = plan.pp;
+  l.ep = plan.ep;
+  l.cp = plan.cp;
+  l.zero = plan.zero;
+  l.micro_batches = static_cast<int>(config.train.micro_batches);
+  l.micro_batch = static_cast<int>(config.train.batch_size / (dp * config.train.micro_batches));
+  l.schedule = pp::parse_schedule(plan.schedule);
+  l.chunks = plan.chunks;
+  l.recompute = nn::parse_recompute(config.train.recompute);
+  l.order = plan.order;
+  return l;
+}
+
+std::vector<MemoryRow> gather_memory_rows(comm::Communicator* world,
+                                          const mesh::ParallelPlan& given,
+                                          const io::RunConfig& config, const MeasuredMemory& mine) {
+  const int size = world != nullptr ? world->size() : 1;
+  const mesh::ParallelPlan plan = given.for_world(size);
+  const std::vector<double> own = {static_cast<double>(mine.at_rest),
+                                   static_cast<double>(mine.step_peak),
+                                   static_cast<double>(mine.peak)};
+  const std::vector<double> values = world != nullptr ? comm::all_gather_values(*world, own) : own;
+  const mesh::MeshLayout layout = plan.mesh_layout();
+  const plan::PlanLayout l = plan_layout_of(plan, config);
+  const plan::ModelShape shape = plan::shape_of(config.model, config.train.seq_len, "run");
+  // the planner prices even cuts only (a cut by hand or by measurement has no formula here)
+  const bool even = plan.pp_blocks.empty() && plan::splits_evenly(shape, l.pp, l.chunks);
+  std::vector<plan::RankMemory> formulas;
+  if (even) {
+    plan::Device device;
+    device.precision = config.model.precision;
+    formulas = plan::pipeline_rank_memory(shape, l, device);
+  }
+  std::vector<MemoryRow> rows;
+  for (int r = 0; r < size; ++r) {
+    const mesh::MeshCoord c = layout.coord(r);
+    MemoryRow row;
+    row.rank = r;
+    row.dp = c[mesh::Axis::Dp];
+    row.tp = c[mesh::Axis::Tp];
+    row.pp = c[mesh::Axis::Pp];
+    row.ep = c[mesh::Axis::Ep];
+    row.cp = c[mesh::Axis::Cp];
+    const double* v = values.data() + 3 * static_cast<std::size_t>(r);
+    row.measured = {static_cast<std::int64_t>(v[0]), static_cast<std::int64_t>(v[1]),
+                    static_cast<std::int64_t>(v[2])};
+    if (even) {
+      const plan::RankMemory& f = formulas[static_cast<std::size_t>(row.pp)];
+      row.formula_weights = f.state.parameters;
+      row.formula_at_rest = f.state.parameters + f.state.optimizer;
+      row.formula_step = f.state.gradients + f.activation_bytes;
+      row.has_formula = true;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string format_memory_rows(const std::vector<MemoryRow>& rows) {
+  std::string out =
+      "memory per rank, KiB (measured: the CPU allocator; formula: the planner's, ZeRO's state "
+      "and Korthikanti's activations in this precision):\n"
+      "| rank | dp | tp | pp | ep | cp | at rest | formula: weights + optimizer | step peak | "
+      "formula: gradients + activations | run peak | formula: total |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  const auto kib = [](double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", bytes / 1024.0);
+    return std::string(buf);
+  };
+  for (const MemoryRow& r : rows) {
+    const std::string none = "-";
+    char head[96];
+    std::snprintf(head, sizeof head, "| %d | %d | %d | %d | %d | %d | ", r.rank, r.dp, r.tp, r.pp,
+                  r.ep, r.cp);
+    out += head;
+    out += kib(static_cast<double>(r.measured.at_rest)) + " | " +
+           (r.has_formula ? kib(r.formula_at_rest) : none) + " | " +
+           kib(static_cast<double>(r.measured.step_peak)) + " | " +
+           (r.has_formula ? kib(r.formula_step) : none) + " | " +
+           kib(static_cast<double>(r.measured.peak)) + " | " +
+           (r.has_formula ? kib(r.formula_at_rest + r.formula_step) : none) + " |\n";
+  }
+  return out;
+}
+
+} // namespace tinyscale::fourd

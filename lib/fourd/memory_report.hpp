@@ -1,0 +1,73 @@
+// What each rank holds, measured (issue: memory per rank): `tinyscale train --memory` counts
+// every CPU-backend allocation of each rank (backend/memory_counter.hpp) while the run is built,
+// while each step runs and over the whole run, and prints it beside the planner's formulas for
+// the rank's pipeline stage (plan::pipeline_rank_memory: ZeRO's state per parameter, chapter 07,
+// and Korthikanti et al. 2022's activations per layer, chapter 09, in the run's precision). The
+// easy thing to get wrong: what the two sides count. The allocator counts buffers, so a rank's
+// "at rest" figure is its parameters and optimizer state as built (ZeRO's flat buffers too);
+// a step adds its activations, the messages it receives and the gradients; the planner leaves out
+// the head's logits and the loss, which a step holds on the last stage.
+#pragma once
+
+#include "backend/memory_counter.hpp"
+#include "comm/communicator.hpp"
+#include "io/config.hpp"
+#include "mesh/plan.hpp"
+#include "plan/layout.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tinyscale::fourd {
+
+/// What one rank's allocator counted over a run, in bytes.
+struct MeasuredMemory {
+  std::int64_t at_rest = 0;   ///< held once the run was built: parameters, optimizer state
+  std::int64_t step_peak = 0; ///< the most any step held above what it started with
+  std::int64_t peak = 0;      ///< the most held at once over the run (evaluation included)
+};
+
+/// Counts one rank's allocations on its thread for the report: create it before the run is
+/// built, call built() after, around_step() around each step; one per thread at a time.
+class RankMemoryWatch {
+public:
+  RankMemoryWatch() : scope_(counter_) {}
+  /// The run is built: what it holds now is its state at rest.
+  void built() { measured_.at_rest = counter_.live_bytes(); }
+  /// Before a step: its start.
+  void step_begins();
+  /// After a step: its peak above its start.
+  void step_ended();
+  MeasuredMemory measured() const;
+
+private:
+  MemoryCounter counter_;
+  CountAllAllocations scope_;
+  MeasuredMemory measured_;
+  std::int64_t step_start_ = 0, run_peak_ = 0;
+};
+
+/// The planner's layout for the run `plan` (for its world) makes of `config`: dp without the ep
+/// ranks, b rows per micro-batch, the schedule, recompute.
+plan::PlanLayout plan_layout_of(const mesh::ParallelPlan& plan, const io::RunConfig& config);
+
+/// One rank's row of the report: its coordinates, what it measured and the formulas.
+struct MemoryRow {
+  int rank = 0, dp = 0, tp = 0, pp = 0, ep = 0, cp = 0;
+  MeasuredMemory measured;
+  double formula_weights = 0; ///< the weights alone (4 bytes per parameter held, in fp32)
+  double formula_at_rest = 0; ///< weights + optimizer state (ZeRO's formula)
+  double formula_step = 0;    ///< gradients + activations (Korthikanti) at the rank's peak
+  bool has_formula = false;   ///< false: an uneven pipeline cut, which the planner does not price
+};
+
+/// Collective over `world` (the run's world, plan.for_world(world.size()); null: one rank, the
+/// single-rank run): every rank's row.
+std::vector<MemoryRow> gather_memory_rows(comm::Communicator* world, const mesh::ParallelPlan& plan,
+                                          const io::RunConfig& config, const MeasuredMemory& mine);
+
+/// The table rank 0 prints: one row per rank, measured KiB beside the formulas' KiB.
+std::string format_memory_rows(const std::vector<MemoryRow>& rows);
+
+} // namespace tinyscale::fourd

@@ -1,0 +1,124 @@
+// Memory per rank, measured by the CPU allocator against the planner's formulas (`train
+// --memory`): each rank of pp 4, tp 4, dp2 x tp2 x pp2 with ZeRO-1 and ep 4 holds no more than
+// the formula x 1.05 plus a stated fixed overhead, at rest and at a step's peak, and holds less
+// than one rank holds of the whole model. The fixed overhead, which the formulas leave out:
+//  - a second copy of the rank's gradients (4 bytes per parameter it holds) during a step:
+//    data parallelism's gradient buckets or ZeRO-1's flat gradients, the buffers the reductions
+//    run on; a run whose data parallelism keeps its buckets (chapter 04's, here ep 4's) holds
+//    them at rest too;
+//  - the head on the last stage: the micro-batch's logits, their softmax and its gradient,
+//    3 x 4 b s V / t bytes;
+//  - a pipeline stage's messages: the input it received and the gradient it sends back,
+//    2 x 4 b s h bytes for each of the at most p micro-batches in flight.
+#include "fourd/memory_report.hpp"
+#include "fourd/run.hpp"
+
+#include "comm/launch.hpp"
+#include "dp_equivalence.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+namespace tinyscale::test {
+namespace {
+
+io::RunConfig memory_config(bool moe) {
+  io::RunConfig c = dp_run_config(1, 4, 4, moe); // 16 rows in 4 micro-batches
+  c.model.n_layer = 4;
+  c.model.n_head = 4;
+  c.train.device = "cpu"; // the CPU allocator is what counts
+  // Dropout off: this CPU backend keeps each dropout mask in fp32 (4 bytes per element, the
+  // formula's are 1 byte), so a layer keeps more than the formula while dropout is on.
+  c.model.dropout = 0;
+  c.model.vocab_size = 256;
+  c.train.seq_len = 32;
+  c.model.n_positions = 32;
+  c.train.steps = 1;
+  c.optim.warmup_steps = 1;
+  return c;
+}
+
+// Every rank's row after one step of `plan`.
+std::vector<fourd::MemoryRow> measure(const mesh::ParallelPlan& plan, const io::RunConfig& c) {
+  std::vector<fourd::MemoryRow> rows;
+  comm::run_threads(plan.threads_world(), [&](comm::Communicator& world) {
+    fourd::RankMemoryWatch watch;
+    std::unique_ptr<train::RankRun> run = fourd::make_run(plan, c, world, "");
+    watch.built();
+    watch.step_begins();
+    (void)run->train_step();
+    watch.step_ended();
+    const auto mine = fourd::gather_memory_rows(&world, plan, c, watch.measured());
+    if (world.rank() == 0) rows = mine;
+  });
+  return rows;
+}
+
+void check_within_formula(const std::vector<fourd::MemoryRow>& rows, const io::RunConfig& c,
+                          const mesh::ParallelPlan& plan, bool buckets_at_rest) {
+  const double rows_per_micro_batch =
+      static_cast<double>(c.train.batch_size) /
+      (std::max(1, plan.dp) * static_cast<double>(c.train.micro_batches));
+  const double head = 3 * 4 * rows_per_micro_batch * static_cast<double>(c.train.seq_len) *
+                      static_cast<double>(c.model.vocab_size) / plan.tp;
+  const double messages = plan.pp > 1
+                              ? 2 * 4 * rows_per_micro_batch *
+                                    static_cast<double>(c.train.seq_len * c.model.n_embd) * plan.pp
+                              : 0.0;
+  for (const fourd::MemoryRow& r : rows) {
+    INFO("rank " << r.rank << " (pp " << r.pp << "): at rest " << r.measured.at_rest
+                 << " B, formula " << r.formula_at_rest << " B; step peak " << r.measured.step_peak
+                 << " B, formula " << r.formula_step << " B");
+    REQUIRE(r.has_formula);
+    const double buffers = r.formula_weights; // a gradient copy: 4 bytes per parameter
+    CHECK(static_cast<double>(r.measured.at_rest) <=
+          1.05 * r.formula_at_rest + (buckets_at_rest ? buffers : 0.0));
+    CHECK(static_cast<double>(r.measured.step_peak) <=
+          1.05 * r.formula_step + buffers + head + messages);
+    // and not far below it: the formula describes what the rank really holds
+    CHECK(static_cast<double>(r.measured.at_rest) >= 0.95 * r.formula_at_rest);
+  }
+}
+
+std::int64_t most_at_rest(const std::vector<fourd::MemoryRow>& rows) {
+  std::int64_t most = 0;
+  for (const fourd::MemoryRow& r : rows) most = std::max(most, r.measured.at_rest);
+  return most;
+}
+
+} // namespace
+
+TEST_CASE("Memory per rank: pp 4, tp 4, dp2 x tp2 x pp2 with ZeRO-1 and ep 4 hold at most the "
+          "formulas x 1.05 plus the stated overhead, and less than one rank",
+          "[memory][host]") {
+  const io::RunConfig dense = memory_config(false), moe = memory_config(true);
+  mesh::ParallelPlan one;
+  one.dp = 1;
+  const std::int64_t whole = most_at_rest(measure(one, dense));
+  const std::int64_t whole_moe = most_at_rest(measure(one, moe));
+
+  mesh::ParallelPlan pp4;
+  pp4.pp = 4;
+  mesh::ParallelPlan tp4;
+  tp4.tp = 4;
+  mesh::ParallelPlan composed;
+  composed.dp = 2, composed.tp = 2, composed.pp = 2, composed.zero = 1;
+  mesh::ParallelPlan ep4;
+  ep4.ep = 4;
+  for (const auto& [name, plan, config, single, buckets] :
+       {std::tuple{"pp 4", pp4, dense, whole, false}, std::tuple{"tp 4", tp4, dense, whole, false},
+        std::tuple{"dp2 x tp2 x pp2 zero 1", composed, dense, whole, false},
+        std::tuple{"ep 4", ep4, moe, whole_moe, true}}) {
+    SECTION(name) {
+      const std::vector<fourd::MemoryRow> rows = measure(plan, config);
+      REQUIRE(rows.size() == static_cast<std::size_t>(plan.threads_world()));
+      check_within_formula(rows, config, plan, buckets);
+      INFO("the most any rank holds at rest: " << most_at_rest(rows) << " B; one rank: " << single
+                                               << " B");
+      CHECK(most_at_rest(rows) < single * 3 / 4);
+    }
+  }
+}
+
+} // namespace tinyscale::test
