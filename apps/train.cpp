@@ -327,6 +327,9 @@ void run_train(TrainOptions opt) {
   TS_CHECK(!opt.memory || config.train.device == "cpu", "train --memory: expected train.device ",
            "= \"cpu\" (the counts are the CPU allocator's), found \"", config.train.device,
            "\"; leave --memory out on a GPU");
+  TS_CHECK(config.train.memory_cap_mib == 0 || config.train.device == "cpu",
+           "train.memory_cap_mib: expected train.device = \"cpu\" (the cap is the CPU ",
+           "allocator's), found \"", config.train.device, "\"; set the cap to 0 there");
   TemporaryDir init_root;
   if (!opt.init_from.empty()) {
     // The model's shape is the folder's in any case (a resumed run's checkpoint has it); its
@@ -373,21 +376,27 @@ void run_train(TrainOptions opt) {
                         ? std::max(1, launch.cpus_per_task / plan.threads_world())
                         : launch.cpus_per_task;
   if (one_rank) { // the single-rank reference of chapter 02, without any wrapper
+    const std::int64_t cap = fourd::memory_cap_bytes(config); // train.memory_cap_mib
     const int per_rank = train::threads_per_rank(config.train, 1, launch.cpus_per_task);
     cpu::IntraOpThreads intra_op(per_rank);
     std::optional<fourd::RankMemoryWatch> watch;
-    if (opt.memory) watch.emplace();
-    std::unique_ptr<train::RankRun> run = train::make_single_rank_run(config);
-    if (watch) watch->built();
-    run_loop(opt, config, *run, true, 1, per_rank, watch ? &*watch : nullptr);
-    run->finish();
-    if (watch)
+    if (opt.memory || cap > 0) watch.emplace(cap);
+    try {
+      std::unique_ptr<train::RankRun> run = train::make_single_rank_run(config);
+      if (watch) watch->built();
+      run_loop(opt, config, *run, true, 1, per_rank, watch ? &*watch : nullptr);
+      run->finish();
+    } catch (const MemoryCapExceeded& e) {
+      throw Error(fourd::explain_cap(e, watch->phase(), 0, plan, config));
+    }
+    if (opt.memory)
       std::printf("%s", fourd::format_memory_rows(
                             fourd::gather_memory_rows(nullptr, plan, config, watch->measured()))
                             .c_str());
     return;
   }
   const int per_rank = train::threads_per_rank(config.train, sharing, given);
+  const std::int64_t cap = fourd::memory_cap_bytes(config); // train.memory_cap_mib
   comm::run_world(backend, plan.threads_world(), [&](comm::Communicator& world) {
     cpu::IntraOpThreads intra_op(per_rank); // on this rank's thread, for its whole run
     if (!threads) { // where every rank landed, before the run's first collective
@@ -395,13 +404,17 @@ void run_train(TrainOptions opt) {
       print_host_map(plan, config.train, world, backend, per_rank);
     }
     std::optional<fourd::RankMemoryWatch> watch; // (on this rank's thread)
-    if (opt.memory) watch.emplace();
-    std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world, opt.trace_path);
-    if (watch) watch->built();
-    run_loop(opt, config, *run, world.rank() == 0, world.size(), per_rank,
-             watch ? &*watch : nullptr);
-    run->finish();
-    if (!watch) return;
+    if (opt.memory || cap > 0) watch.emplace(cap);
+    try {
+      std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world, opt.trace_path);
+      if (watch) watch->built();
+      run_loop(opt, config, *run, world.rank() == 0, world.size(), per_rank,
+               watch ? &*watch : nullptr);
+      run->finish();
+    } catch (const MemoryCapExceeded& e) {
+      throw Error(fourd::explain_cap(e, watch->phase(), world.rank(), plan, config));
+    }
+    if (!opt.memory) return;
     const auto rows = fourd::gather_memory_rows(&world, plan, config, watch->measured());
     if (world.rank() == 0) std::printf("%s", fourd::format_memory_rows(rows).c_str());
   });

@@ -10,6 +10,7 @@ namespace detail {
 struct MemoryState {
   std::atomic<std::int64_t> live{0};
   std::atomic<std::int64_t> peak{0};
+  std::atomic<std::int64_t> limit{0}; // 0: none
 
   void add(std::int64_t bytes) {
     const std::int64_t now = live.fetch_add(bytes) + bytes;
@@ -30,7 +31,17 @@ thread_local std::shared_ptr<detail::MemoryState> active_owner;
 thread_local std::shared_ptr<detail::MemoryState> everything;
 } // namespace
 
+MemoryCapExceeded::MemoryCapExceeded(std::int64_t requested_, std::int64_t held_,
+                                     std::int64_t limit_)
+    : Error(detail::concat("memory cap: a buffer of ", requested_, " bytes did not fit: this rank ",
+                           "holds ", held_, " bytes and may hold ", limit_)),
+      requested(requested_), held(held_), limit(limit_) {}
+
 MemoryCounter::MemoryCounter() : state_(std::make_shared<detail::MemoryState>()) {}
+
+void MemoryCounter::set_limit(std::int64_t bytes) { state_->limit.store(bytes); }
+
+std::int64_t MemoryCounter::limit() const { return state_->limit.load(); }
 
 std::int64_t MemoryCounter::live_bytes() const { return state_->live.load(); }
 
@@ -59,6 +70,13 @@ CountAllAllocations::~CountAllAllocations() { everything.reset(); }
 std::shared_ptr<void> counted_buffer(void* buffer, std::size_t bytes, void (*release)(void*)) {
   if (active == nullptr && everything == nullptr) return std::shared_ptr<void>(buffer, release);
   const auto n = static_cast<std::int64_t>(bytes);
+  if (everything != nullptr) {
+    const std::int64_t limit = everything->limit.load(), held = everything->live.load();
+    if (limit > 0 && held + n > limit) {
+      release(buffer);
+      throw MemoryCapExceeded(n, held, limit);
+    }
+  }
   for (detail::MemoryState* s : {active, everything.get()})
     if (s != nullptr) s->add(n);
   return std::shared_ptr<void>(buffer,

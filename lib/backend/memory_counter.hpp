@@ -9,6 +9,8 @@
 // what the scope's work still holds, not the process's footprint; GPU buffers are not counted.
 #pragma once
 
+#include "core/error.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,10 +21,22 @@ namespace detail {
 struct MemoryState;
 } // namespace detail
 
+/// Thrown by an allocation that would take a CountAllAllocations counter past its limit (the
+/// buffer is not allocated). The message names the sizes; callers add what was running.
+class MemoryCapExceeded : public Error {
+public:
+  MemoryCapExceeded(std::int64_t requested, std::int64_t held, std::int64_t limit);
+  std::int64_t requested, held, limit; ///< bytes
+};
+
 /// Live and peak bytes of the buffers allocated under its CountAllocations scopes.
 class MemoryCounter {
 public:
   MemoryCounter();
+  /// Caps live_bytes() at `bytes` (0: no cap) for the allocations of a CountAllAllocations
+  /// scope: one that would pass it throws MemoryCapExceeded instead.
+  void set_limit(std::int64_t bytes);
+  std::int64_t limit() const;
   /// Bytes allocated under a scope of this counter and not freed yet.
   std::int64_t live_bytes() const;
   /// The highest live_bytes() since construction or the last reset_peak().

@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "plan/model.hpp"
 #include "plan/predict.hpp"
+#include "plan/rules.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -11,18 +12,95 @@
 namespace tinyscale::fourd {
 
 void RankMemoryWatch::step_begins() {
+  in_step_ = true;
+  ++steps_;
   run_peak_ = std::max(run_peak_, counter_.peak_bytes());
   counter_.reset_peak();
   step_start_ = counter_.live_bytes();
 }
 
 void RankMemoryWatch::step_ended() {
+  in_step_ = false;
   measured_.step_peak = std::max(measured_.step_peak, counter_.peak_bytes() - step_start_);
 }
 
 MeasuredMemory RankMemoryWatch::measured() const {
   MeasuredMemory out = measured_;
   out.peak = std::max(run_peak_, counter_.peak_bytes());
+  return out;
+}
+
+std::string RankMemoryWatch::phase() const {
+  if (!built_) return "while building the run";
+  if (in_step_) return "in step " + std::to_string(steps_) + " of this run";
+  return steps_ == 0 ? "before the first step"
+                     : "after step " + std::to_string(steps_) +
+                           " of this run (evaluation, a checkpoint or the reports)";
+}
+
+std::int64_t memory_cap_bytes(const io::RunConfig& config) {
+  return static_cast<std::int64_t>(config.train.memory_cap_mib * 1024.0 * 1024.0);
+}
+
+namespace {
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
+// The planner's most bytes any rank of `plan` holds (state + activations at its peak), or a
+// negative number where the layout is not legal for `config` or not priced (an uneven cut).
+double predicted_bytes(const mesh::ParallelPlan& plan, const io::RunConfig& config) {
+  try {
+    plan::check_layout_rules(plan, config);
+    const plan::PlanLayout l = plan_layout_of(plan, config);
+    const plan::ModelShape shape = plan::shape_of(config.model, config.train.seq_len, "run");
+    if (!plan.pp_blocks.empty() || !plan::splits_evenly(shape, l.pp, l.chunks)) return -1;
+    plan::Device device;
+    device.precision = config.model.precision;
+    double most = 0;
+    for (const plan::RankMemory& m : plan::pipeline_rank_memory(shape, l, device))
+      most = std::max(most, m.total());
+    return most;
+  } catch (const Error&) {
+    return -1;
+  }
+}
+} // namespace
+
+std::string explain_cap(const MemoryCapExceeded& e, const std::string& phase, int rank,
+                        const mesh::ParallelPlan& given, const io::RunConfig& config) {
+  const mesh::ParallelPlan plan = given.for_world(given.threads_world());
+  std::string out = detail::concat("train.memory_cap_mib = ", config.train.memory_cap_mib,
+                                   ": rank ", rank, " could not allocate a buffer of ", e.requested,
+                                   " bytes ", phase, " (it held ", mib(static_cast<double>(e.held)),
+                                   " of the ", mib(static_cast<double>(e.limit)), " it may hold)");
+  const double needed = predicted_bytes(plan, config);
+  if (needed > 0)
+    out += "; the planner's formulas give this layout " + mib(needed) + " on its fullest rank";
+  // The layouts of 2 to 8 ranks whose formulas fit, one axis at a time.
+  std::string fits;
+  for (int n : {2, 4, 8})
+    for (const char* axis : {"pp", "tp", "zero3"}) {
+      mesh::ParallelPlan p;
+      std::string name;
+      if (axis == std::string("pp")) {
+        p.pp = n, p.dp = 1, name = detail::concat("--pp ", n);
+      } else if (axis == std::string("tp")) {
+        p.tp = n, p.dp = 1, name = detail::concat("--tp ", n);
+      } else {
+        p.dp = n, p.zero = 3, name = detail::concat("--dp ", n, " --zero 3");
+      }
+      const double bytes = predicted_bytes(p, config);
+      if (bytes > 0 && bytes <= static_cast<double>(e.limit))
+        fits += (fits.empty() ? "" : ", ") + name + " (" + mib(bytes) + ")";
+    }
+  out += fits.empty() ? "; no layout of up to 8 ranks along pp, tp or ZeRO-3 is predicted to fit: "
+                        "raise train.memory_cap_mib or shrink the model or the micro-batch"
+                      : "; predicted to fit under the cap: " + fits +
+                            " (the planner's formulas; `train --memory` shows the measured bytes)"
+                            ", or raise train.memory_cap_mib";
   return out;
 }
 

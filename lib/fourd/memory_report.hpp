@@ -28,25 +28,47 @@ struct MeasuredMemory {
   std::int64_t peak = 0;      ///< the most held at once over the run (evaluation included)
 };
 
-/// Counts one rank's allocations on its thread for the report: create it before the run is
-/// built, call built() after, around_step() around each step; one per thread at a time.
+/// Counts one rank's allocations on its thread for the report, and caps them
+/// (train.memory_cap_mib): create it before the run is built, call built() after, and
+/// step_begins() and step_ended() around each step; one per thread at a time.
 class RankMemoryWatch {
 public:
-  RankMemoryWatch() : scope_(counter_) {}
+  /// `cap_bytes`: the most this rank may hold (0: no cap); an allocation past it throws
+  /// MemoryCapExceeded.
+  explicit RankMemoryWatch(std::int64_t cap_bytes = 0) : scope_(counter_) {
+    counter_.set_limit(cap_bytes);
+  }
   /// The run is built: what it holds now is its state at rest.
-  void built() { measured_.at_rest = counter_.live_bytes(); }
+  void built() {
+    measured_.at_rest = counter_.live_bytes();
+    built_ = true;
+  }
   /// Before a step: its start.
   void step_begins();
   /// After a step: its peak above its start.
   void step_ended();
   MeasuredMemory measured() const;
+  /// What the rank is doing, for messages: "while building the run", "in step 3", "after step
+  /// 3 (evaluation, a checkpoint or the reports)".
+  std::string phase() const;
 
 private:
   MemoryCounter counter_;
   CountAllAllocations scope_;
   MeasuredMemory measured_;
   std::int64_t step_start_ = 0, run_peak_ = 0;
+  bool built_ = false, in_step_ = false;
+  int steps_ = 0;
 };
+
+/// The bytes train.memory_cap_mib allows one rank (0: no cap).
+std::int64_t memory_cap_bytes(const io::RunConfig& config);
+
+/// The message for a rank of `plan` stopped by the cap while doing `phase`: what did not fit,
+/// what the planner's formulas say this layout needs per rank, and the layouts of 2 to 8 ranks
+/// (pp, tp, ZeRO-3 over dp) they predict to fit under the cap.
+std::string explain_cap(const MemoryCapExceeded& e, const std::string& phase, int rank,
+                        const mesh::ParallelPlan& plan, const io::RunConfig& config);
 
 /// The planner's layout for the run `plan` (for its world) makes of `config`: dp without the ep
 /// ranks, b rows per micro-batch, the schedule, recompute.

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -55,6 +56,9 @@ void validate_train(const train::TrainConfig& t, const nn::ModelConfig& model) {
   TS_CHECK(t.steps > 0, "train.steps: expected > 0, found ", t.steps);
   TS_CHECK(t.batch_size > 0, "train.batch_size: expected > 0, found ", t.batch_size);
   (void)nn::parse_recompute(t.recompute); // names the three modes
+  TS_CHECK(std::isfinite(t.memory_cap_mib) && t.memory_cap_mib >= 0,
+           "train.memory_cap_mib: expected 0 (no cap) or a positive number of MiB, found ",
+           t.memory_cap_mib);
   TS_CHECK(t.micro_batches > 0, "train.micro_batches: expected > 0, found ", t.micro_batches);
   TS_CHECK(t.batch_size % t.micro_batches == 0, "train.batch_size: expected a multiple of ",
            "train.micro_batches = ", t.micro_batches, ", found ", t.batch_size,

@@ -28,6 +28,9 @@ struct TrainConfig {
   /// What each block keeps for its backward: "none", "selective" (all but the attention core's
   /// scores and softmax) or "full" (only its input); the rest is recomputed in the backward.
   std::string recompute = "none";
+  /// Most MiB of CPU memory one rank may allocate (0 = no cap): an allocation past it throws,
+  /// naming what did not fit, and `tinyscale train` names the layouts the formulas say fit.
+  double memory_cap_mib = 0;
   std::int64_t threads = 0; ///< CPU threads per rank for its kernels; 0 = TINYSCALE_THREADS,
                             ///< else this machine's cores divided by its ranks
 };

@@ -15,6 +15,7 @@
 
 #include "comm/launch.hpp"
 #include "dp_equivalence.hpp"
+#include "plan_run.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -117,6 +118,50 @@ TEST_CASE("Memory per rank: pp 4, tp 4, dp2 x tp2 x pp2 with ZeRO-1 and ep 4 hol
       INFO("the most any rank holds at rest: " << most_at_rest(rows) << " B; one rank: " << single
                                                << " B");
       CHECK(most_at_rest(rows) < single * 3 / 4);
+    }
+  }
+}
+
+TEST_CASE("Memory cap: a model refused on one rank trains under the same cap with pp 4, tp 4 "
+          "and ZeRO-3 on dp 4, equal to one rank without the cap (fp32, rel 1e-5)",
+          "[memory][host]") {
+  // State-heavy: h 128 over 4 layers, 16 rows of 16 tokens. One rank holds about 9.5 MiB of
+  // parameters and AdamW state at rest and 15.4 MiB at its peak; each layout below, at most
+  // 8 MiB (`train --memory` prints them).
+  io::RunConfig c = memory_config(false);
+  c.model.n_embd = 128;
+  c.train.seq_len = 16;
+  c.model.n_positions = 16;
+  c.train.steps = 2;
+  c.train.eval_batches = 1;
+  mesh::ParallelPlan one;
+  one.dp = 1;
+  const Trained want = run_plan(one, c); // no cap
+  io::RunConfig capped = c;
+  capped.train.memory_cap_mib = 9;
+
+  std::string refused;
+  (void)run_plan(one, capped, &refused);
+  INFO(refused);
+  CHECK_THAT(refused, Catch::Contains("train.memory_cap_mib = 9: rank 0 could not allocate") &&
+                          Catch::Contains("while building the run") &&
+                          Catch::Contains("predicted to fit under the cap") &&
+                          Catch::Contains("--pp 4") && Catch::Contains("--tp 4") &&
+                          Catch::Contains("--dp 4 --zero 3"));
+
+  mesh::ParallelPlan pp4;
+  pp4.pp = 4;
+  mesh::ParallelPlan tp4;
+  tp4.tp = 4;
+  mesh::ParallelPlan zero3;
+  zero3.dp = 4, zero3.zero = 3;
+  for (const auto& [name, plan] :
+       {std::pair{"pp 4", pp4}, std::pair{"tp 4", tp4}, std::pair{"dp 4 with ZeRO-3", zero3}}) {
+    SECTION(name) {
+      std::string stopped;
+      const Trained got = run_plan(plan, capped, &stopped);
+      REQUIRE(stopped == "");
+      CHECK(compare(want, got) == "");
     }
   }
 }

@@ -8,6 +8,7 @@
 #include "fourd/run.hpp"
 #include "fourd_equivalence.hpp"
 #include "mesh/plan.hpp"
+#include "plan_run.hpp"
 #include "rank_checks.hpp"
 #include "require_ts_error.hpp"
 #include "train/run.hpp"
@@ -22,57 +23,6 @@ using namespace tinyscale::test;
 using Catch::Contains;
 
 namespace {
-
-constexpr double kTolerance = 1e-5;
-
-struct Trained {
-  std::vector<double> losses, grad_norms;
-  double val_loss = 0;
-  std::int64_t parameters = 0;
-};
-
-Trained train_and_evaluate(train::RankRun& run, int steps) {
-  Trained t;
-  for (int s = 0; s < steps; ++s) {
-    const train::StepResult r = run.train_step();
-    t.losses.push_back(r.loss);
-    t.grad_norms.push_back(r.grad_norm);
-  }
-  t.val_loss = run.evaluate();
-  t.parameters = run.parameter_count();
-  return t;
-}
-
-// Rank 0's record of `plan` run through fourd::make_run on plan.threads_world() threads.
-Trained run_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config) {
-  std::vector<Trained> records(static_cast<std::size_t>(plan.threads_world()));
-  comm::run_threads(
-      plan.threads_world(),
-      [&](comm::Communicator& world) {
-        const std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world);
-        records[static_cast<std::size_t>(world.rank())] =
-            train_and_evaluate(*run, static_cast<int>(config.train.steps));
-      },
-      comm::testing::test_options(std::chrono::seconds(60)));
-  return records[0];
-}
-
-double relative(double want, double got) { return std::abs(got - want) / std::abs(want); }
-
-// "" when `got` is `want` within the tolerance, else the first difference.
-std::string compare(const Trained& want, const Trained& got) {
-  if (got.losses.size() != want.losses.size()) return "a different number of steps";
-  for (std::size_t s = 0; s < want.losses.size(); ++s) {
-    if (relative(want.losses[s], got.losses[s]) > kTolerance)
-      return "loss of step " + std::to_string(s + 1) + ": " + std::to_string(want.losses[s]) +
-             " on one rank, " + std::to_string(got.losses[s]) + " here";
-    if (relative(want.grad_norms[s], got.grad_norms[s]) > kTolerance)
-      return "gradient norm of step " + std::to_string(s + 1);
-  }
-  if (relative(want.val_loss, got.val_loss) > kTolerance) return "validation loss";
-  if (want.parameters != got.parameters) return "parameter count";
-  return "";
-}
 
 mesh::ParallelPlan plan_of(int dp, int tp, int pp, int ep, int zero) {
   mesh::ParallelPlan p;
