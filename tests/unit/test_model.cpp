@@ -2,11 +2,14 @@
 // of the whole model against finite differences in float64, causality, and dropout masks that
 // depend only on (seed, step, layer, global row).
 #include "autograd/gradcheck.hpp"
+#include "backend/memory_counter.hpp"
 #include "tinyscale.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
+#include <optional>
 
 using namespace tinyscale;
 using tinyscale::autograd::check_gradients;
@@ -229,4 +232,52 @@ TEST_CASE("GPT rejects bad configs and over-long sequences before any work", "[u
   CHECK_THROWS_WITH(
       model.forward(token_ids(1, 7, 11, 1), Tensor(), {}),
       Catch::Contains("expected at most n_positions = 6 tokens per sequence, found 7"));
+}
+
+TEST_CASE("A GPT of some pieces (a pipeline rank's stages) holds exactly those parameters, with "
+          "the whole model's values, allocates nothing else and refuses the others by name",
+          "[unit][model][pieces]") {
+  nn::ModelConfig c = tiny_config(DType::Float32);
+  c.n_layer = 3;
+  const nn::GPT whole(c, 7);
+  nn::Pieces last = nn::Pieces::none(c.n_layer); // the last stage of a pipeline
+  last.blocks[2] = true;
+  last.head = true;
+  MemoryCounter counter;
+  std::optional<nn::GPT> piece;
+  {
+    CountAllocations scope(counter);
+    piece.emplace(c, 7, nn::MoeLayerFactory{}, last);
+  }
+  std::int64_t bytes = 0;
+  std::vector<std::string> names;
+  for (const nn::NamedParameter& p : piece->parameters()) {
+    names.push_back(p.name);
+    bytes += p.tensor.numel() * static_cast<std::int64_t>(dtype_size(p.tensor.dtype()));
+    const Tensor want = nn::find_parameter(whole.parameters(), p.name).tensor;
+    CHECK(p.tensor.to_vector() == want.to_vector()); // its own stream: the same values
+  }
+  CHECK(names.front() == "wte.weight"); // tied: the head's weight
+  CHECK(names.back() == "ln_f.bias");
+  CHECK(std::none_of(names.begin(), names.end(), [](const std::string& n) {
+    return n.rfind("wpe.", 0) == 0 || n.rfind("h.0.", 0) == 0 || n.rfind("h.1.", 0) == 0;
+  }));
+  CHECK(counter.live_bytes() == bytes); // its parameters and nothing else
+  CHECK(piece->pieces().describe(c.n_layer) == "blocks 2, head");
+  CHECK_FALSE(piece->pieces().whole());
+  const Tensor ids = token_ids(1, 4, c.vocab_size, 3);
+  REQUIRE_THROWS_WITH(piece->embed(ids, {}),
+                      Catch::Contains("expected the embeddings on this rank, found only blocks 2, "
+                                      "head"));
+  REQUIRE_THROWS_WITH(piece->block(0, Tensor::zeros(Shape({1, 4, c.n_embd})), {}),
+                      Catch::Contains("expected block 0 on this rank"));
+  // the whole model's parameter list, without building it at once
+  const std::vector<nn::ParameterSpec> specs = nn::gpt_parameter_specs(c);
+  const std::vector<nn::ParameterSpec> want = nn::specs_of(whole.parameters());
+  REQUIRE(specs.size() == want.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    CHECK(specs[i].name == want[i].name);
+    CHECK(specs[i].shape == want[i].shape);
+    CHECK(specs[i].decay == want[i].decay);
+  }
 }
