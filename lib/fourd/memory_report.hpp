@@ -65,8 +65,8 @@ private:
 std::int64_t memory_cap_bytes(const io::RunConfig& config);
 
 /// The message for a rank of `plan` stopped by the cap while doing `phase`: what did not fit,
-/// what the planner's formulas say this layout needs per rank, and the layouts of 2 to 8 ranks
-/// (pp, tp, ZeRO-3 over dp) they predict to fit under the cap.
+/// what the planner's formulas say this layout needs per rank, and the other layouts of 2 to 8
+/// ranks (pp, tp, ZeRO-3 over dp) they predict to fit with a fifth of the cap to spare.
 std::string explain_cap(const MemoryCapExceeded& e, const std::string& phase, int rank,
                         const mesh::ParallelPlan& plan, const io::RunConfig& config);
 

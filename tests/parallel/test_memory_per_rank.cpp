@@ -145,7 +145,7 @@ TEST_CASE("Memory cap: a model refused on one rank trains under the same cap wit
   INFO(refused);
   CHECK_THAT(refused, Catch::Contains("train.memory_cap_mib = 9: rank 0 could not allocate") &&
                           Catch::Contains("while building the run") &&
-                          Catch::Contains("predicted to fit under the cap") &&
+                          Catch::Contains("predicted to fit with a fifth of the cap to spare") &&
                           Catch::Contains("--pp 4") && Catch::Contains("--tp 4") &&
                           Catch::Contains("--dp 4 --zero 3"));
 
