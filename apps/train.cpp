@@ -313,6 +313,16 @@ void print_host_map(const mesh::ParallelPlan& plan, const train::TrainConfig& t,
   std::fflush(stdout);
 }
 
+// --memory, on the root: the table, and with --metrics one more JSON line with the rows.
+void report_memory(const TrainOptions& opt, const std::vector<fourd::MemoryRow>& rows) {
+  std::printf("%s", fourd::format_memory_rows(rows).c_str());
+  std::fflush(stdout);
+  if (opt.metrics_path.empty()) return;
+  std::ofstream metrics(opt.metrics_path, std::ios::app);
+  metrics << fourd::memory_rows_json(rows) << "\n";
+  TS_CHECK(metrics.good(), "train --memory: cannot append to --metrics file ", opt.metrics_path);
+}
+
 void run_train(TrainOptions opt) {
   if (opt.list_keys) {
     std::cout << io::describe_keys();
@@ -390,9 +400,7 @@ void run_train(TrainOptions opt) {
       throw Error(fourd::explain_cap(e, watch->phase(), 0, plan, config));
     }
     if (opt.memory)
-      std::printf("%s", fourd::format_memory_rows(
-                            fourd::gather_memory_rows(nullptr, plan, config, watch->measured()))
-                            .c_str());
+      report_memory(opt, fourd::gather_memory_rows(nullptr, plan, config, watch->measured()));
     return;
   }
   const int per_rank = train::threads_per_rank(config.train, sharing, given);
@@ -416,7 +424,7 @@ void run_train(TrainOptions opt) {
     }
     if (!opt.memory) return;
     const auto rows = fourd::gather_memory_rows(&world, plan, config, watch->measured());
-    if (world.rank() == 0) std::printf("%s", fourd::format_memory_rows(rows).c_str());
+    if (world.rank() == 0) report_memory(opt, rows);
   });
 }
 
@@ -543,7 +551,8 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--memory", opt->memory,
                 "After the run, print what each rank held, counted by the CPU allocator (at rest: "
                 "parameters and optimizer state; a step's peak above that; the run's peak) beside "
-                "the planner's formulas for its pipeline stage (train.device = cpu)");
+                "the planner's formulas for its pipeline stage (train.device = cpu); with "
+                "--metrics also as one JSON line {\"memory\": [...]}");
   cmd->add_flag("--no-prefetch", opt->no_prefetch,
                 "With --zero 3: gather each unit only when it is needed, not one unit ahead");
   cmd->add_option("--backend", opt->backend,

@@ -6,6 +6,8 @@
 #include "plan/predict.hpp"
 #include "plan/rules.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -170,6 +172,28 @@ std::vector<MemoryRow> gather_memory_rows(comm::Communicator* world,
     rows.push_back(row);
   }
   return rows;
+}
+
+std::string memory_rows_json(const std::vector<MemoryRow>& rows) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const MemoryRow& r : rows) {
+    nlohmann::json row = {{"rank", r.rank},
+                          {"dp", r.dp},
+                          {"tp", r.tp},
+                          {"pp", r.pp},
+                          {"ep", r.ep},
+                          {"cp", r.cp},
+                          {"at_rest", r.measured.at_rest},
+                          {"step_peak", r.measured.step_peak},
+                          {"peak", r.measured.peak}};
+    if (r.has_formula) {
+      row["formula_weights"] = r.formula_weights;
+      row["formula_at_rest"] = r.formula_at_rest;
+      row["formula_step"] = r.formula_step;
+    }
+    list.push_back(row);
+  }
+  return nlohmann::json{{"memory", list}}.dump();
 }
 
 std::string format_memory_rows(const std::vector<MemoryRow>& rows) {

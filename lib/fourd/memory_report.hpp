@@ -92,4 +92,9 @@ std::vector<MemoryRow> gather_memory_rows(comm::Communicator* world, const mesh:
 /// The table rank 0 prints: one row per rank, measured KiB beside the formulas' KiB.
 std::string format_memory_rows(const std::vector<MemoryRow>& rows);
 
+/// The metrics line `train --memory --metrics FILE` appends: {"memory": [one object per rank,
+/// bytes: rank, dp, tp, pp, ep, cp, at_rest, step_peak, peak, and where priced
+/// formula_weights, formula_at_rest, formula_step]}.
+std::string memory_rows_json(const std::vector<MemoryRow>& rows);
+
 } // namespace tinyscale::fourd
