@@ -71,7 +71,8 @@ void run_reshard(const ReshardOptions& opt) {
   const ep::ExpertPlacement placement(std::max(1, config.model.moe.n_experts), s.ep);
   std::map<std::string, Tensor> model(c.model.begin(), c.model.end());
   std::map<std::string, Tensor> state(c.optimizer.begin(), c.optimizer.end());
-  const nn::GPT names(config.model, config.train.seed); // the single-rank names, in order
+  // the single-rank names, in order (nothing allocated)
+  const std::vector<nn::ParameterSpec> names = nn::gpt_parameter_specs(config.model);
   std::printf("checkpoint: %s, step %lld, %zu parameters (every one whole: the single-rank "
               "layout)\ntarget: %s; stages %s\n",
               opt.checkpoint.c_str(), static_cast<long long>(c.step), c.model.size(),
@@ -84,7 +85,7 @@ void run_reshard(const ReshardOptions& opt) {
     io::NamedTensors mine;
     std::int64_t elements = 0, moment_bytes = 0;
     int count = 0;
-    for (const nn::NamedParameter& p : names.parameters()) {
+    for (const nn::ParameterSpec& p : names) {
       const int e = ep::expert_index(p.name);
       if (!trains(p.name, at.pp, s.pp, opt.chunks, cut)) continue;
       if (e >= 0 && s.ep > 1 && placement.owner(e) != at.ep) continue;

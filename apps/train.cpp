@@ -397,6 +397,7 @@ void run_train(TrainOptions opt) {
       run_loop(opt, config, *run, true, 1, per_rank, watch ? &*watch : nullptr);
       run->finish();
     } catch (const MemoryCapExceeded& e) {
+      watch->lift_cap();
       throw Error(fourd::explain_cap(e, watch->phase(), 0, plan, config));
     }
     if (opt.memory)
@@ -420,6 +421,7 @@ void run_train(TrainOptions opt) {
                watch ? &*watch : nullptr);
       run->finish();
     } catch (const MemoryCapExceeded& e) {
+      watch->lift_cap();
       throw Error(fourd::explain_cap(e, watch->phase(), world.rank(), plan, config));
     }
     if (!opt.memory) return;

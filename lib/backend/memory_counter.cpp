@@ -67,10 +67,17 @@ CountAllAllocations::CountAllAllocations(MemoryCounter& counter) {
 
 CountAllAllocations::~CountAllAllocations() { everything.reset(); }
 
+void check_allocation(std::size_t bytes) {
+  if (everything == nullptr) return;
+  const auto n = static_cast<std::int64_t>(bytes);
+  const std::int64_t limit = everything->limit.load(), held = everything->live.load();
+  if (limit > 0 && held + n > limit) throw MemoryCapExceeded(n, held, limit);
+}
+
 std::shared_ptr<void> counted_buffer(void* buffer, std::size_t bytes, void (*release)(void*)) {
   if (active == nullptr && everything == nullptr) return std::shared_ptr<void>(buffer, release);
   const auto n = static_cast<std::int64_t>(bytes);
-  if (everything != nullptr) {
+  if (everything != nullptr) { // (a backend that did not call check_allocation first)
     const std::int64_t limit = everything->limit.load(), held = everything->live.load();
     if (limit > 0 && held + n > limit) {
       release(buffer);

@@ -74,6 +74,10 @@ public:
   CountAllAllocations& operator=(const CountAllAllocations&) = delete;
 };
 
+/// For backends, before they allocate: throws MemoryCapExceeded when `bytes` more would take the
+/// calling thread's CountAllAllocations counter past its limit.
+void check_allocation(std::size_t bytes);
+
 /// For backends: owns `buffer` of `bytes` bytes, freed by `release`, and counts it into the
 /// calling thread's active counter and its CountAllAllocations counter, if any (without a scope
 /// it costs two thread-local reads).

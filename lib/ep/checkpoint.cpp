@@ -74,8 +74,8 @@ std::string EpTrainer::save_checkpoint() const {
         e < 0 ? std::pair<std::string, std::string>{} : split_expert_name(name);
     const std::string like =
         e < 0 ? name : prefix + std::to_string(placement_.expert(ep_->rank(), 0)) + suffix;
-    const Tensor& t = nn::find_parameter(mine, like).tensor;
-    whole.push_back({name, t.shape(), t.dtype()});
+    const nn::NamedParameter& p = nn::find_parameter(mine, like);
+    whole.push_back({name, p.tensor.shape(), p.tensor.dtype(), p.decay});
   }
   ExpertShardMap shards(*ep_, placement_);
   io::Checkpoint c =

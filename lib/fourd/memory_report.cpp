@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace tinyscale::fourd {
@@ -41,7 +42,7 @@ std::string RankMemoryWatch::phase() const {
 }
 
 std::int64_t memory_cap_bytes(const io::RunConfig& config) {
-  return static_cast<std::int64_t>(config.train.memory_cap_mib * 1024.0 * 1024.0);
+  return static_cast<std::int64_t>(std::ceil(config.train.memory_cap_mib * 1024.0 * 1024.0));
 }
 
 namespace {
@@ -99,7 +100,8 @@ std::string explain_cap(const MemoryCapExceeded& e, const std::string& phase, in
       const bool same = p.pp == plan.pp && p.tp == plan.tp && p.zero == plan.zero &&
                         p.dp == plan.dp && plan.ep == 1 && plan.cp == 1;
       const double bytes = predicted_bytes(p, config);
-      if (!same && bytes > 0 && bytes <= 0.8 * static_cast<double>(e.limit))
+      if (!same && bytes > 0 && bytes <= 0.8 * static_cast<double>(e.limit) &&
+          (needed <= 0 || bytes < needed))
         fits += (fits.empty() ? "" : ", ") + name + " (" + mib(bytes) + ")";
     }
   out += fits.empty() ? "; no other layout of up to 8 ranks along pp, tp or ZeRO-3 is predicted "

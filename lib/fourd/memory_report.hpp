@@ -48,6 +48,8 @@ public:
   /// After a step: its peak above its start.
   void step_ended();
   MeasuredMemory measured() const;
+  /// Removes the cap (after it stopped the run: explaining allocates too).
+  void lift_cap() { counter_.set_limit(0); }
   /// What the rank is doing, for messages: "while building the run", "in step 3", "after step
   /// 3 (evaluation, a checkpoint or the reports)".
   std::string phase() const;

@@ -53,6 +53,8 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(optim.weight_decay,
                     "decoupled weight decay on matmul weights (not biases, norms or embeddings)"),
       TS_CONFIG_KEY(optim.grad_clip, "max global L2 norm of the gradient; <= 0 disables clipping"),
+      TS_CONFIG_KEY(optim.offload, "AdamW's state in host memory, the update on the host "
+                                   "(train.device = emu or cuda)"),
       TS_CONFIG_KEY(data.source, "token source: markov, text or shards"),
       TS_CONFIG_KEY(data.path, "text file (text) or glob/directory of .bin shards (shards)"),
       TS_CONFIG_KEY(data.val_path, "shards only: validation shards; empty = split off the end"),

@@ -105,6 +105,10 @@ void validate_run_config(const RunConfig& run) {
            "optim.warmup_steps: expected at most train.steps = ", run.train.steps,
            " (the cosine decay runs over the steps after warm-up), found ", run.optim.warmup_steps,
            "; lower optim.warmup_steps or raise train.steps");
+  TS_CHECK(!run.optim.offload || run.train.device != "cpu",
+           "optim.offload: expected train.device = \"emu\" or \"cuda\" (offload moves AdamW's ",
+           "state from the device to the host), found \"cpu\", where it is in host memory ",
+           "already; set optim.offload = false");
 }
 
 } // namespace tinyscale::io

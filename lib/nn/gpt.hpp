@@ -45,9 +45,9 @@ private:
   std::optional<LayerNorm> ln_f_;
 };
 
-/// The whole model's parameters without their values, in nn::GPT's order (built one piece at a
-/// time, so at most one block is allocated at once): what a pipeline rank, which builds only
-/// its stages, knows of the others.
+/// The whole model's parameters without their values, in nn::GPT's order (its constructor run
+/// under RecordShapesOnly: nothing is allocated or drawn): what a pipeline rank, which builds
+/// only its stages, knows of the others.
 std::vector<ParameterSpec> gpt_parameter_specs(const ModelConfig& config);
 
 } // namespace tinyscale::nn

@@ -6,6 +6,7 @@
 #include "nn/context.hpp"
 #include "ops/ops.hpp"
 
+#include <functional>
 #include <numeric>
 
 namespace tinyscale::nn {
@@ -84,6 +85,26 @@ Tensor ForwardContext::position_rows(const Tensor& table, std::int64_t T) const 
   return parts.size() == 1 ? parts[0] : concat(parts, 0);
 }
 
+namespace {
+thread_local std::vector<ParameterSpec>* recording = nullptr; // RecordShapesOnly's list
+
+// A parameter made by `init`, or under RecordShapesOnly its placeholder (init is not called).
+Tensor make_parameter(ParameterList& params, const std::string& name, const Shape& shape,
+                      DType dtype, bool decay, const std::function<Tensor()>& init) {
+  if (recording == nullptr) return add_parameter(params, name, init(), decay);
+  recording->push_back({name, shape, dtype, decay});
+  return add_parameter(params, name, Tensor::empty(Shape({0}), dtype), decay);
+}
+} // namespace
+
+RecordShapesOnly::RecordShapesOnly(std::vector<ParameterSpec>& specs) {
+  TS_CHECK(recording == nullptr, "RecordShapesOnly: expected none active on this thread, found ",
+           "one; record one model at a time");
+  recording = &specs;
+}
+
+RecordShapesOnly::~RecordShapesOnly() { recording = nullptr; }
+
 Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init, bool decay) {
   init.set_name(name);
   init.set_requires_grad(true);
@@ -93,15 +114,17 @@ Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init
 
 Tensor normal_parameter(ParameterList& params, const std::string& name, const Shape& shape,
                         double std, std::uint64_t seed, DType dtype, bool decay) {
-  return add_parameter(params, name, Tensor::randn(shape, seed, stream_id(name), dtype, 0.0, std),
-                       decay);
+  return make_parameter(params, name, shape, dtype, decay, [&] {
+    return Tensor::randn(shape, seed, stream_id(name), dtype, 0.0, std);
+  });
 }
 
 Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out,
                double std, bool has_bias, std::uint64_t seed, DType dtype) {
   weight = normal_parameter(params, name + ".weight", Shape({in, out}), std, seed, dtype);
   if (has_bias)
-    bias = add_parameter(params, name + ".bias", Tensor::zeros(Shape({out}), dtype), false);
+    bias = make_parameter(params, name + ".bias", Shape({out}), dtype, false,
+                          [&] { return Tensor::zeros(Shape({out}), dtype); });
 }
 
 // A layer computes in its input's dtype: under mixed precision the float32 master weights are
@@ -114,9 +137,11 @@ Tensor Linear::forward(const Tensor& x) const {
 LayerNorm::LayerNorm(ParameterList& params, const std::string& name, std::int64_t dim,
                      bool has_bias, double epsilon, DType dtype)
     : eps(epsilon) {
-  weight = add_parameter(params, name + ".weight", Tensor::ones(Shape({dim}), dtype), false);
+  weight = make_parameter(params, name + ".weight", Shape({dim}), dtype, false,
+                          [&] { return Tensor::ones(Shape({dim}), dtype); });
   if (has_bias)
-    bias = add_parameter(params, name + ".bias", Tensor::zeros(Shape({dim}), dtype), false);
+    bias = make_parameter(params, name + ".bias", Shape({dim}), dtype, false,
+                          [&] { return Tensor::zeros(Shape({dim}), dtype); });
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const {

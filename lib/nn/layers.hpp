@@ -7,8 +7,21 @@
 #include "nn/parameter.hpp"
 
 #include <string>
+#include <vector>
 
 namespace tinyscale::nn {
+
+/// While one lives on this thread, the parameter makers below (add_parameter's callers
+/// normal_parameter, Linear and LayerNorm) allocate nothing: each parameter is a zero-element
+/// placeholder, and its name, shape, dtype and decay go to `specs`. gpt_parameter_specs builds
+/// the whole model's list this way, on a rank that holds a few of its pieces. One at a time.
+class RecordShapesOnly {
+public:
+  explicit RecordShapesOnly(std::vector<ParameterSpec>& specs);
+  ~RecordShapesOnly();
+  RecordShapesOnly(const RecordShapesOnly&) = delete;
+  RecordShapesOnly& operator=(const RecordShapesOnly&) = delete;
+};
 
 /// Creates a parameter named `name` (requires grad), appends it to `params` and returns it.
 Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init, bool decay);

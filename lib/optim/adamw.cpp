@@ -48,8 +48,10 @@ AdamW::AdamW(nn::ParameterList params, const OptimConfig& config)
              p.name,
              "' in bfloat16; keep parameters in float32 and set model.precision = \"bf16\" ",
              "(the model computes in bfloat16 from float32 masters)");
-    exp_avg_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device()));
-    exp_avg_sq_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device()));
+    // beside the parameter, or (offload) in host memory
+    const Device state = config.offload ? Device::cpu() : p.tensor.device();
+    exp_avg_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), state));
+    exp_avg_sq_.push_back(Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), state));
     steps_.push_back(0);
   }
 }
@@ -66,8 +68,25 @@ void AdamW::step(double lr, double grad_scale) {
              "gradient of '", params_[i].name, "' as ", dtype_name(p.dtype()), " on ",
              p.device().str(), ", found ", dtype_name(g.dtype()), " on ", g.device().str());
     Tensor param = p;
-    backend_of(p).adamw_update(param, exp_avg_[i], exp_avg_sq_[i], g, k);
+    if (exp_avg_[i].device() == p.device()) {
+      backend_of(p).adamw_update(param, exp_avg_[i], exp_avg_sq_[i], g, k);
+      continue;
+    }
+    // Offloaded: the parameter and its gradient to the host, the update there, the parameter
+    // back into the device tensor (the same storage: views of it stay valid).
+    Tensor host = p.detach().to(Device::cpu());
+    backend_of(host).adamw_update(host, exp_avg_[i], exp_avg_sq_[i], g.to(Device::cpu()), k);
+    param.copy_(host);
   }
+}
+
+std::int64_t AdamW::offload_bytes_per_step() const {
+  std::int64_t bytes = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (exp_avg_[i].device() != params_[i].tensor.device())
+      bytes += 3 * params_[i].tensor.numel() *
+               static_cast<std::int64_t>(dtype_size(params_[i].tensor.dtype()));
+  return bytes;
 }
 
 void AdamW::zero_grad() {

@@ -40,6 +40,9 @@ public:
   /// moment update, its step count unchanged), as PyTorch skips grad None.
   void step(double lr, double grad_scale = 1.0);
   /// Clears every gradient (sets it undefined, like PyTorch's zero_grad(set_to_none=True)).
+  /// Bytes an offloaded step moves when every parameter has a gradient: each parameter and its
+  /// gradient to the host and the parameter back, 3 x its bytes (0 without optim.offload).
+  std::int64_t offload_bytes_per_step() const;
   void zero_grad();
 
   /// The parameters, in the order given to the constructor.

@@ -17,6 +17,10 @@ struct OptimConfig {
   double eps = 1e-8;
   double weight_decay = 0.1; ///< decoupled; only for parameters with decay == true
   double grad_clip = 1.0;    ///< max global L2 norm of the gradient; <= 0 disables clipping
+  /// AdamW's moments in host memory and the update on the host, for parameters on a device
+  /// (ZeRO-Offload's idea, Ren et al. 2021): each step moves the parameters and gradients to the
+  /// host and the parameters back; the device keeps no optimizer state.
+  bool offload = false;
 };
 
 } // namespace tinyscale::optim

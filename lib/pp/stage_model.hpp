@@ -87,7 +87,8 @@ public:
   virtual void barrier() {}
 };
 
-/// One rank's whole nn::GPT (chapter 06: every rank builds it and trains its stages).
+/// One rank's nn::GPT of its stages' pieces (chapter 06: PipelineTrainer builds it with the
+/// rank's nn::Pieces).
 class GptStages : public StageModel {
 public:
   explicit GptStages(const nn::Model& model) : model_(&model) {}

@@ -155,6 +155,7 @@ Tensor TpGPT::head(const Tensor& x) const {
 }
 
 Tensor TpGPT::lm_loss(const Tensor& logits, const Tensor& targets) const {
+  nn::check_holds(pieces_.head, "TpGPT", "the head", pieces_, config_.n_layer);
   comm::CountingRegion region(*tp_.group, "head");
   return vocab_parallel_cross_entropy(logits, targets, tp_.rank() * wte_.size(0), *tp_.group);
 }

@@ -37,28 +37,35 @@ inline Trained train_and_evaluate(train::RankRun& run, int steps) {
 }
 
 /// Rank 0's record of `plan` run through fourd::make_run on plan.threads_world() threads. With
-/// config.train.memory_cap_mib set, each rank runs under the cap (as `train` does); a rank the
-/// cap stops writes fourd::explain_cap's message to `refused` (which must then be given).
+/// config.train.memory_cap_mib set, each rank runs under the cap (as `train` does): a rank the
+/// cap stops throws fourd::explain_cap's message (the others are woken by the failure), and
+/// run_plan writes the error the world ends with to `refused` when it is given ("" when none).
 inline Trained run_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                         std::string* refused = nullptr) {
   std::vector<Trained> records(static_cast<std::size_t>(plan.threads_world()));
   const std::int64_t cap = fourd::memory_cap_bytes(config);
-  comm::run_threads(
-      plan.threads_world(),
-      [&](comm::Communicator& world) {
-        std::optional<fourd::RankMemoryWatch> watch;
-        if (cap > 0) watch.emplace(cap);
-        try {
-          const std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world);
-          if (watch) watch->built();
-          records[static_cast<std::size_t>(world.rank())] =
-              train_and_evaluate(*run, static_cast<int>(config.train.steps));
-        } catch (const MemoryCapExceeded& e) {
-          if (refused == nullptr) throw;
-          *refused = fourd::explain_cap(e, watch->phase(), world.rank(), plan, config);
-        }
-      },
-      comm::testing::test_options(std::chrono::seconds(60)));
+  if (refused != nullptr) refused->clear();
+  try {
+    comm::run_threads(
+        plan.threads_world(),
+        [&](comm::Communicator& world) {
+          std::optional<fourd::RankMemoryWatch> watch;
+          if (cap > 0) watch.emplace(cap);
+          try {
+            const std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world);
+            if (watch) watch->built();
+            records[static_cast<std::size_t>(world.rank())] =
+                train_and_evaluate(*run, static_cast<int>(config.train.steps));
+          } catch (const MemoryCapExceeded& e) {
+            watch->lift_cap();
+            throw Error(fourd::explain_cap(e, watch->phase(), world.rank(), plan, config));
+          }
+        },
+        comm::testing::test_options(std::chrono::seconds(60)));
+  } catch (const Error& e) {
+    if (refused == nullptr) throw;
+    *refused = e.what();
+  }
   return records[0];
 }
 

@@ -153,6 +153,13 @@ TEST_CASE("Memory cap: a model refused on one rank trains under the same cap wit
   pp4.pp = 4;
   mesh::ParallelPlan tp4;
   tp4.tp = 4;
+  // a cap no layout meets stops every rank of a world, not only the one that hit it first
+  io::RunConfig tiny_cap = c;
+  tiny_cap.train.memory_cap_mib = 0.25;
+  std::string stopped_all;
+  (void)run_plan(pp4, tiny_cap, &stopped_all);
+  CHECK_THAT(stopped_all, Catch::Contains("train.memory_cap_mib = 0.25: rank") &&
+                              Catch::Contains("could not allocate"));
   mesh::ParallelPlan zero3;
   zero3.dp = 4, zero3.zero = 3;
   for (const auto& [name, plan] :

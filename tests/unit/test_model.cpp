@@ -271,13 +271,29 @@ TEST_CASE("A GPT of some pieces (a pipeline rank's stages) holds exactly those p
                                       "head"));
   REQUIRE_THROWS_WITH(piece->block(0, Tensor::zeros(Shape({1, 4, c.n_embd})), {}),
                       Catch::Contains("expected block 0 on this rank"));
-  // the whole model's parameter list, without building it at once
-  const std::vector<nn::ParameterSpec> specs = nn::gpt_parameter_specs(c);
-  const std::vector<nn::ParameterSpec> want = nn::specs_of(whole.parameters());
-  REQUIRE(specs.size() == want.size());
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    CHECK(specs[i].name == want[i].name);
-    CHECK(specs[i].shape == want[i].shape);
-    CHECK(specs[i].decay == want[i].decay);
+  nn::Pieces first = nn::Pieces::none(c.n_layer);
+  first.embeddings = true;
+  const nn::GPT embeddings(c, 7, nn::MoeLayerFactory{}, first);
+  REQUIRE_THROWS_WITH(embeddings.head(Tensor::zeros(Shape({1, 4, c.n_embd}))),
+                      Catch::Contains("expected the head on this rank, found only embeddings"));
+  // the whole model's parameter list, dense and MoE, without allocating or drawing anything
+  nn::ModelConfig moe = c;
+  moe.moe = {2, 4, 2, 1.0, 1e-2, 1e-3};
+  for (const nn::ModelConfig& config : {c, moe}) {
+    MemoryCounter recorded;
+    std::vector<nn::ParameterSpec> specs;
+    {
+      CountAllocations scope(recorded);
+      specs = nn::gpt_parameter_specs(config);
+    }
+    CHECK(recorded.peak_bytes() == 0);
+    const std::vector<nn::ParameterSpec> want = nn::specs_of(nn::GPT(config, 7).parameters());
+    REQUIRE(specs.size() == want.size());
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      CHECK(specs[i].name == want[i].name);
+      CHECK(specs[i].shape == want[i].shape);
+      CHECK(specs[i].dtype == want[i].dtype);
+      CHECK(specs[i].decay == want[i].decay);
+    }
   }
 }

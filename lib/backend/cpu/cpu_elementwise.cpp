@@ -172,7 +172,9 @@ template <typename T> T apply_unary(UnaryOp op, T x, T s) {
 
 std::shared_ptr<void> CpuBackend::allocate(std::size_t bytes) {
   // Large blocks come from and go back to a cache (host_blocks.hpp); counted only inside a
-  // CountAllocations scope (bench tp's activation memory).
+  // CountAllocations scope (bench tp's activation memory), and refused before they are taken
+  // when they would pass a rank's cap (CountAllAllocations).
+  check_allocation(bytes);
   return counted_buffer(cpu::allocate_block(bytes), bytes, cpu::release_block);
 }
 

@@ -1,0 +1,92 @@
+// Optimizer-state offload (optim.offload, chapter 07 section 9): AdamW's moments live in host
+// memory and the update runs on the host, on the emulated device (chapter 11: CPU arithmetic in
+// memory host code may not touch, every host <-> device copy counted). The proof: a run with
+// offload is the same run bit for bit (the update is the same CPU arithmetic on the same values),
+// one rank, dp 2 and pp 2; the moments are on the host; and one step's optimizer moves exactly
+// the formula's bytes: each parameter and its gradient to the host, the parameter back, 3 x 4
+// bytes per parameter in fp32.
+#include "backend/host_traffic.hpp"
+#include "plan_run.hpp"
+
+#include "dp_equivalence.hpp"
+#include "optim/adamw.hpp"
+#include "train/trainer.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace tinyscale::test {
+namespace {
+
+io::RunConfig offload_config(bool offload) {
+  io::RunConfig c = dp_run_config(1, 4, 2, false);
+  c.model.n_layer = 2;
+  c.train.device = "emu";
+  c.optim.offload = offload;
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("Optimizer offload on the emulated device: the moments on the host, the same run bit "
+          "for bit, and 3 x 4 bytes per parameter moved per step",
+          "[offload][host]") {
+  // one rank, by hand: the state's place and the bytes
+  train::Trainer plain(offload_config(false)), offloaded(offload_config(true));
+  for (const auto& [name, t] : offloaded.optimizer().state_tensors())
+    CHECK(t.device().kind == Device::Kind::CPU);
+  for (const auto& [name, t] : plain.optimizer().state_tensors())
+    if (name != "step") CHECK(t.device().kind == Device::Kind::Emu);
+  const std::int64_t psi = offloaded.parameter_count();
+  CHECK(offloaded.optimizer().offload_bytes_per_step() == 3 * 4 * psi);
+  CHECK(plain.optimizer().offload_bytes_per_step() == 0);
+  for (int s = 0; s < 3; ++s) {
+    const train::StepResult a = plain.train_step();
+    HostTraffic traffic;
+    train::StepResult b;
+    {
+      CountHostTraffic scope(traffic);
+      b = offloaded.train_step();
+    }
+    CHECK(a.loss == b.loss); // bit for bit
+    CHECK(a.grad_norm == b.grad_norm);
+    // the update's copies: its sites in lib/optim/adamw.cpp (the rest: the batch and scalars)
+    std::int64_t down = 0, up = 0;
+    for (const HostTransfers& t : traffic.sites())
+      if (t.where.find("lib/optim/adamw.cpp") != std::string::npos)
+        (t.to_host ? down : up) += t.bytes;
+    INFO(traffic.table());
+    CHECK(down == 2 * 4 * psi);
+    CHECK(up == 4 * psi);
+  }
+  for (std::size_t i = 0; i < plain.model().parameters().size(); ++i)
+    CHECK(plain.model().parameters()[i].tensor.to_vector() ==
+          offloaded.model().parameters()[i].tensor.to_vector());
+
+  // through make_run, as `train` runs it: one rank, dp 2 and pp 2 with and without offload
+  mesh::ParallelPlan one, dp2, pp2;
+  one.dp = 1;
+  dp2.dp = 2;
+  pp2.pp = 2;
+  for (const auto& [name, plan] :
+       {std::pair{"one rank", one}, std::pair{"dp 2", dp2}, std::pair{"pp 2", pp2}}) {
+    SECTION(name) {
+      const Trained want = run_plan(plan, offload_config(false));
+      const Trained got = run_plan(plan, offload_config(true));
+      CHECK(compare(want, got, 0.0) == ""); // bit for bit
+    }
+  }
+}
+
+TEST_CASE("Offload is refused where it cannot run: on the CPU and with ZeRO", "[offload][host]") {
+  io::RunConfig cpu = offload_config(true);
+  cpu.train.device = "cpu";
+  REQUIRE_THROWS_WITH(io::parse_config(io::to_toml(cpu), "run.toml"),
+                      Catch::Contains("optim.offload: expected train.device = \"emu\" or "
+                                      "\"cuda\""));
+  mesh::ParallelPlan zero;
+  zero.dp = 2, zero.zero = 1;
+  REQUIRE_THROWS_WITH(fourd::check_plan(zero.for_world(2), offload_config(true)),
+                      Catch::Contains("optim.offload with --zero 1"));
+}
+
+} // namespace tinyscale::test
