@@ -199,12 +199,21 @@ void Tensor::copy_(const Tensor& src, CallSite where) {
   TS_CHECK(src.dtype() == dtype(), "Tensor::copy_: expected a source of dtype ",
            dtype_name(dtype()), ", found ", dtype_name(src.dtype()),
            "; convert it with .to(DType) first");
-  if (src.device() != device()) { // a transfer: through the host, like Tensor::to(Device)
-    copy_(src.to(device(), where));
+  const std::size_t bytes = static_cast<std::size_t>(numel()) * dtype_size(dtype());
+  if (src.device() != device() && (src.device().is_host() || device().is_host())) {
+    // a transfer straight into this storage, no temporary (counted like Tensor::to)
+    if (device().is_host())
+      backend_of(src).copy_to_host(device_ptr(), src.device_ptr(), bytes);
+    else
+      backend_of(*this).copy_from_host(device_ptr(), src.device_ptr(), bytes);
+    record_host_transfer(device().is_host(), bytes, where);
     return;
   }
-  backend_of(*this).copy(device_ptr(), src.device_ptr(),
-                         static_cast<std::size_t>(numel()) * dtype_size(dtype()));
+  if (src.device() != device()) { // between two accelerators: through the host
+    copy_(src.to(Device::cpu(), where), where);
+    return;
+  }
+  backend_of(*this).copy(device_ptr(), src.device_ptr(), bytes);
 }
 
 void Tensor::fill_(double value) { backend_of(*this).fill(*this, value); }

@@ -1,6 +1,7 @@
 // AdamW (chapter 02): the bookkeeping (moments, step counts, state for checkpoints) lives here;
 // the element-wise update is a backend primitive (double on the CPU in torch.optim.AdamW's order
-// of operations, one fused kernel on the GPU), so the moments live on the parameters' device.
+// of operations, one fused kernel on the GPU), so the moments live on the parameters' device,
+// or, with optim.offload (chapter 07), in host memory, where the update then runs.
 #include "optim/adamw.hpp"
 
 #include "backend/backend.hpp"
@@ -68,13 +69,16 @@ void AdamW::step(double lr, double grad_scale) {
              "gradient of '", params_[i].name, "' as ", dtype_name(p.dtype()), " on ",
              p.device().str(), ", found ", dtype_name(g.dtype()), " on ", g.device().str());
     Tensor param = p;
-    if (exp_avg_[i].device() == p.device()) {
+    if (!offloaded(i)) {
+      TS_CHECK(exp_avg_[i].device() == p.device(), "AdamW::step: expected '", params_[i].name,
+               "' on ", exp_avg_[i].device().str(), " beside its moments, found it on ",
+               p.device().str(), "; move the parameters before building the optimizer");
       backend_of(p).adamw_update(param, exp_avg_[i], exp_avg_sq_[i], g, k);
       continue;
     }
-    // Offloaded: the parameter and its gradient to the host, the update there, the parameter
-    // back into the device tensor (the same storage: views of it stay valid).
-    Tensor host = p.detach().to(Device::cpu());
+    // Offloaded: the parameter and its gradient to the host, the update there (the CPU's
+    // arithmetic), the parameter back into the device tensor's own storage (views stay valid).
+    Tensor host = p.to(Device::cpu());
     backend_of(host).adamw_update(host, exp_avg_[i], exp_avg_sq_[i], g.to(Device::cpu()), k);
     param.copy_(host);
   }
@@ -83,10 +87,14 @@ void AdamW::step(double lr, double grad_scale) {
 std::int64_t AdamW::offload_bytes_per_step() const {
   std::int64_t bytes = 0;
   for (std::size_t i = 0; i < params_.size(); ++i)
-    if (exp_avg_[i].device() != params_[i].tensor.device())
+    if (offloaded(i))
       bytes += 3 * params_[i].tensor.numel() *
                static_cast<std::int64_t>(dtype_size(params_[i].tensor.dtype()));
   return bytes;
+}
+
+bool AdamW::offloaded(std::size_t index) const {
+  return config_.offload && !params_[index].tensor.device().is_host();
 }
 
 void AdamW::zero_grad() {

@@ -26,8 +26,8 @@ using StateTensors = std::vector<std::pair<std::string, Tensor>>;
 /// the same arithmetic element for element.
 AdamWStep adamw_constants(const OptimConfig& config, double lr, std::int64_t t, bool decay);
 
-/// AdamW over a fixed list of host parameters (float32 or float64), with state m and v per
-/// parameter.
+/// AdamW over a fixed list of parameters (float32 or float64, on any device), with state m and v
+/// per parameter beside them, or in host memory with optim.offload.
 class AdamW {
 public:
   /// Takes the parameters (handles, updated in place) and beta1, beta2, eps, weight_decay from
@@ -39,10 +39,11 @@ public:
   /// left unscaled). A parameter whose grad() is undefined is skipped entirely (no decay, no
   /// moment update, its step count unchanged), as PyTorch skips grad None.
   void step(double lr, double grad_scale = 1.0);
-  /// Clears every gradient (sets it undefined, like PyTorch's zero_grad(set_to_none=True)).
   /// Bytes an offloaded step moves when every parameter has a gradient: each parameter and its
-  /// gradient to the host and the parameter back, 3 x its bytes (0 without optim.offload).
+  /// gradient to the host and the parameter back, 3 x its bytes (12 per element in fp32; 0
+  /// without optim.offload or for parameters in host memory).
   std::int64_t offload_bytes_per_step() const;
+  /// Clears every gradient (sets it undefined, like PyTorch's zero_grad(set_to_none=True)).
   void zero_grad();
 
   /// The parameters, in the order given to the constructor.
@@ -58,6 +59,9 @@ public:
   void load_state(const StateTensors& state);
 
 private:
+  /// Whether parameter `index`'s update runs on the host (optim.offload, a device parameter).
+  bool offloaded(std::size_t index) const;
+
   nn::ParameterList params_;
   OptimConfig config_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_; // m and v, same shape and dtype as the parameter

@@ -211,7 +211,7 @@ bool may_differ_on_resume(std::string_view key) {
   for (std::string_view k :
        {"train.checkpoint_dir", "train.checkpoint_every", "train.checkpoint_keep_last",
         "train.checkpoint_keep_every", "train.log_every", "train.eval_every", "train.eval_batches",
-        "train.peak_gflops", "train.threads", "train.memory_cap_mib"})
+        "train.peak_gflops", "train.threads", "train.memory_cap_mib", "optim.offload"})
     if (key == k) return true;
   return false;
 }

@@ -4,6 +4,7 @@
 // (test_memory_per_rank.cpp), which run it under a memory cap.
 #pragma once
 
+#include "backend/host_traffic.hpp"
 #include "comm/launch.hpp"
 #include "fourd/memory_report.hpp"
 #include "fourd/run.hpp"
@@ -40,9 +41,12 @@ inline Trained train_and_evaluate(train::RankRun& run, int steps) {
 /// config.train.memory_cap_mib set, each rank runs under the cap (as `train` does): a rank the
 /// cap stops throws fourd::explain_cap's message (the others are woken by the failure), and
 /// run_plan writes the error the world ends with to `refused` when it is given ("" when none).
+/// `traffic` (optional, one per rank): each rank's host <-> device copies over its whole run.
 inline Trained run_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
-                        std::string* refused = nullptr) {
+                        std::string* refused = nullptr,
+                        std::vector<HostTraffic>* traffic = nullptr) {
   std::vector<Trained> records(static_cast<std::size_t>(plan.threads_world()));
+  if (traffic != nullptr) traffic->assign(records.size(), HostTraffic());
   const std::int64_t cap = fourd::memory_cap_bytes(config);
   if (refused != nullptr) refused->clear();
   try {
@@ -51,6 +55,9 @@ inline Trained run_plan(const mesh::ParallelPlan& plan, const io::RunConfig& con
         [&](comm::Communicator& world) {
           std::optional<fourd::RankMemoryWatch> watch;
           if (cap > 0) watch.emplace(cap);
+          std::optional<CountHostTraffic> counting;
+          if (traffic != nullptr)
+            counting.emplace((*traffic)[static_cast<std::size_t>(world.rank())]);
           try {
             const std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world);
             if (watch) watch->built();

@@ -11,6 +11,7 @@
 #include "dp_equivalence.hpp"
 #include "optim/adamw.hpp"
 #include "train/trainer.hpp"
+#include "zero/sharded_dp.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -70,9 +71,21 @@ TEST_CASE("Optimizer offload on the emulated device: the moments on the host, th
   for (const auto& [name, plan] :
        {std::pair{"one rank", one}, std::pair{"dp 2", dp2}, std::pair{"pp 2", pp2}}) {
     SECTION(name) {
-      const Trained want = run_plan(plan, offload_config(false));
-      const Trained got = run_plan(plan, offload_config(true));
+      std::vector<HostTraffic> plain_traffic, offload_traffic;
+      const Trained want = run_plan(plan, offload_config(false), nullptr, &plain_traffic);
+      const Trained got = run_plan(plan, offload_config(true), nullptr, &offload_traffic);
       CHECK(compare(want, got, 0.0) == ""); // bit for bit
+      // and every rank did offload: its update copied its parameters to the host
+      const auto update_bytes = [](const HostTraffic& t) {
+        std::int64_t bytes = 0;
+        for (const HostTransfers& s : t.sites())
+          if (s.where.find("lib/optim/adamw.cpp") != std::string::npos) bytes += s.bytes;
+        return bytes;
+      };
+      for (std::size_t r = 0; r < offload_traffic.size(); ++r) {
+        CHECK(update_bytes(plain_traffic[r]) == 0);
+        CHECK(update_bytes(offload_traffic[r]) > 0);
+      }
     }
   }
 }
@@ -87,6 +100,13 @@ TEST_CASE("Offload is refused where it cannot run: on the CPU and with ZeRO", "[
   zero.dp = 2, zero.zero = 1;
   REQUIRE_THROWS_WITH(fourd::check_plan(zero.for_world(2), offload_config(true)),
                       Catch::Contains("optim.offload with --zero 1"));
+  // and ZeRO's own optimizer, built by hand, refuses it too
+  train::Trainer t(offload_config(true), {}, train::OptimizerOwner::Caller);
+  comm::run_threads(1, [&](comm::Communicator& world) {
+    REQUIRE_THROWS_WITH(zero::ShardedDataParallel(t.model().parameters(), 2, world,
+                                                  offload_config(true).optim, zero::ZeroOptions{}),
+                        Catch::Contains("ZeRO: expected optim.offload = false"));
+  });
 }
 
 } // namespace tinyscale::test
