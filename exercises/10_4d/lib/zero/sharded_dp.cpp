@@ -90,6 +90,9 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
   State& s = *state_;
   TS_CHECK(options.stage >= 1 && options.stage <= 3, "ZeRO: expected stage 1, 2 or 3, found ",
            options.stage, "; stage 0 is plain data parallelism (--zero 0)");
+  TS_CHECK(!optim.offload, "ZeRO: expected optim.offload = false (ZeRO's sharded AdamW state ",
+           "has an update of its own, not offloaded yet), found true; set optim.offload = false ",
+           "or run without ZeRO");
   TS_CHECK(!params.empty(), "ZeRO: expected parameters, found none");
   TS_CHECK(!options.reduce_after_backward || options.stage == 1, "ZeRO: reduce_after_backward ",
            "is stage 1's (the gradients stay whole until the step); found stage ", options.stage);
