@@ -31,13 +31,21 @@ CLI::Option* add_ranked_bench_options(CLI::App* cmd, RankedBenchOptions& opt,
   return ranks;
 }
 
-io::RunConfig ranked_bench_config(const RankedBenchOptions& opt) {
-  io::RunConfig config = io::load_config(opt.config, opt.overrides);
-  config.train.steps = opt.warmup + opt.steps;
-  // The learning rate does not change the time of a step; keep the schedule valid for short runs.
-  if (config.optim.decay_steps == 0 && config.optim.warmup_steps > config.train.steps)
+io::RunConfig short_bench_config(const std::string& path, const std::vector<std::string>& overrides,
+                                 std::int64_t warmup, std::int64_t steps,
+                                 std::int64_t* lowered_from) {
+  io::RunConfig config = io::load_config(path, overrides);
+  config.train.steps = warmup + steps;
+  if (lowered_from != nullptr) *lowered_from = -1;
+  if (config.optim.decay_steps == 0 && config.optim.warmup_steps > config.train.steps) {
+    if (lowered_from != nullptr) *lowered_from = config.optim.warmup_steps;
     config.optim.warmup_steps = config.train.steps;
+  }
   return config;
+}
+
+io::RunConfig ranked_bench_config(const RankedBenchOptions& opt) {
+  return short_bench_config(opt.config, opt.overrides, opt.warmup, opt.steps);
 }
 
 comm::Backend ranked_bench_backend(const std::string& bench, const RankedBenchOptions& opt) {

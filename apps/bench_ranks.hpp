@@ -39,6 +39,14 @@ CLI::Option* add_ranked_bench_options(CLI::App* cmd, RankedBenchOptions& opt,
 /// steps, and a warm-up no longer than that (the learning rate does not change a step's time).
 io::RunConfig ranked_bench_config(const RankedBenchOptions& opt);
 
+/// The config file `path` with `overrides` for a bench of `warmup + steps` steps: train.steps
+/// set to that, and optim.warmup_steps lowered to it where it would pass it (the learning rate
+/// does not change the time of a step; the schedule must stay valid). `lowered_from` (optional):
+/// the warm-up it had when it was lowered, else -1.
+io::RunConfig short_bench_config(const std::string& path, const std::vector<std::string>& overrides,
+                                 std::int64_t warmup, std::int64_t steps,
+                                 std::int64_t* lowered_from = nullptr);
+
 /// The backend the bench runs on: threads or mpi (auto resolved); anything else is an Error.
 comm::Backend ranked_bench_backend(const std::string& bench, const RankedBenchOptions& opt);
 

@@ -8,6 +8,7 @@
 // layer's input), s b h values that no mode can drop.
 #include "autograd/grad_mode.hpp"
 #include "backend/memory_counter.hpp"
+#include "bench_ranks.hpp"
 #include "commands.hpp"
 #include "io/config.hpp"
 #include "median.hpp"
@@ -96,10 +97,7 @@ std::string kib(double bytes) {
 }
 
 void run_bench_recompute(const BenchRecomputeOptions& opt) {
-  io::RunConfig config = io::load_config(opt.config, opt.overrides);
-  config.train.steps = opt.warmup + opt.steps;
-  if (config.optim.decay_steps == 0 && config.optim.warmup_steps > config.train.steps)
-    config.optim.warmup_steps = config.train.steps; // the schedule does not change a step's time
+  const io::RunConfig config = short_bench_config(opt.config, opt.overrides, opt.warmup, opt.steps);
   const auto& m = config.model;
   const std::int64_t rows = config.train.batch_size / config.train.micro_batches;
   std::printf("tinyscale bench recompute --config %s --steps %lld --warmup %lld\n",

@@ -3,6 +3,7 @@
 // faults on first touch, a noisy neighbour) does not move the figure. --threads sets the CPU
 // threads of the one rank (train.threads); MFU then counts one core's peak per thread.
 #include "backend/cpu/intra_op.hpp"
+#include "bench_ranks.hpp"
 #include "commands.hpp"
 #include "io/config.hpp"
 #include "median.hpp"
@@ -35,15 +36,13 @@ long minor_page_faults() {
 }
 
 void run_bench_train(const BenchTrainOptions& opt) {
-  io::RunConfig config = io::load_config(opt.config, opt.overrides);
-  config.train.steps = opt.warmup + opt.steps;
-  if (config.optim.decay_steps == 0 && config.optim.warmup_steps > config.train.steps) {
+  std::int64_t lowered_from = -1;
+  io::RunConfig config =
+      short_bench_config(opt.config, opt.overrides, opt.warmup, opt.steps, &lowered_from);
+  if (lowered_from >= 0)
     std::printf("note: optim.warmup_steps lowered from %lld to %lld for this short run (the "
                 "learning rate does not change the time of a step)\n",
-                static_cast<long long>(config.optim.warmup_steps),
-                static_cast<long long>(config.train.steps));
-    config.optim.warmup_steps = config.train.steps;
-  }
+                static_cast<long long>(lowered_from), static_cast<long long>(config.train.steps));
   if (opt.threads > 0) config.train.threads = opt.threads;
   const int threads = train::threads_per_rank(config.train, 1);
   cpu::IntraOpThreads intra_op(threads);
