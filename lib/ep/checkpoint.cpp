@@ -75,7 +75,7 @@ std::string EpTrainer::save_checkpoint() const {
     const std::string like =
         e < 0 ? name : prefix + std::to_string(placement_.expert(ep_->rank(), 0)) + suffix;
     const nn::NamedParameter& p = nn::find_parameter(mine, like);
-    whole.push_back({name, p.tensor.shape(), p.tensor.dtype(), p.decay});
+    whole.push_back({name, p.tensor.shape(), p.tensor.dtype(), p.decay, {}});
   }
   ExpertShardMap shards(*ep_, placement_);
   io::Checkpoint c =

@@ -68,7 +68,7 @@ std::int64_t memory_cap_bytes(const io::RunConfig& config);
 
 /// The message for a rank of `plan` stopped by the cap while doing `phase`: what did not fit,
 /// what the planner's formulas say this layout needs per rank, and the other layouts of 2 to 8
-/// ranks (pp, tp, ZeRO-3 over dp) they predict to fit with a fifth of the cap to spare.
+/// ranks (pp, tp, ZeRO-3 over dp) they predict to fit with a tenth of the cap to spare.
 std::string explain_cap(const MemoryCapExceeded& e, const std::string& phase, int rank,
                         const mesh::ParallelPlan& plan, const io::RunConfig& config);
 
@@ -81,9 +81,13 @@ struct MemoryRow {
   int rank = 0, dp = 0, tp = 0, pp = 0, ep = 0, cp = 0;
   MeasuredMemory measured;
   double formula_weights = 0; ///< the weights alone (4 bytes per parameter held, in fp32)
-  double formula_at_rest = 0; ///< weights + optimizer state (ZeRO's formula)
-  double formula_step = 0;    ///< gradients + activations (Korthikanti) at the rank's peak
-  bool has_formula = false;   ///< false: an uneven pipeline cut, which the planner does not price
+  /// What ZeRO's formula keeps between steps: weights + optimizer state (+ the gradient shard
+  /// at ZeRO-2 and 3)
+  double formula_at_rest = 0;
+  /// What a step adds at its peak: gradients (those not kept) + activations (Korthikanti) +
+  /// ZeRO-2/3's working buffers (plan::RankMemory::buffer_bytes)
+  double formula_step = 0;
+  bool has_formula = false; ///< false: an uneven pipeline cut, which the planner does not price
 };
 
 /// Collective over `world` (the run's world, plan.for_world(world.size()); null: one rank, the

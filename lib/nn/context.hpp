@@ -19,6 +19,8 @@ namespace tinyscale::nn {
 class ForwardHooks {
 public:
   virtual ~ForwardHooks() = default;
+  /// Before the embeddings run (the start of every forward, training or evaluation).
+  virtual void before_forward() {}
   /// Before block `layer` runs.
   virtual void before_block(int /*layer*/) {}
   /// After block `layer` returned `y`; returns what the next block gets (y or an identity of y).

@@ -88,12 +88,27 @@ Tensor ForwardContext::position_rows(const Tensor& table, std::int64_t T) const 
 namespace {
 thread_local std::vector<ParameterSpec>* recording = nullptr; // RecordShapesOnly's list
 
-// A parameter made by `init`, or under RecordShapesOnly its placeholder (init is not called).
-Tensor make_parameter(ParameterList& params, const std::string& name, const Shape& shape,
-                      DType dtype, bool decay, const std::function<Tensor()>& init) {
-  if (recording == nullptr) return add_parameter(params, name, init(), decay);
-  recording->push_back({name, shape, dtype, decay});
-  return add_parameter(params, name, Tensor::empty(Shape({0}), dtype), decay);
+// The parameter `spec` describes, drawn whole; under RecordShapesOnly its placeholder: its shape,
+// its bytes not allocated (a storage without data, as a ZeRO-3 parameter between gathers).
+Tensor make_parameter(ParameterList& params, const ParameterSpec& spec) {
+  if (recording == nullptr)
+    return add_parameter(params, spec.name,
+                         initial_elements(spec, 0, spec.shape.numel()).view(0, spec.shape),
+                         spec.decay);
+  recording->push_back(spec);
+  auto storage = std::make_shared<Storage>();
+  storage->bytes = static_cast<std::size_t>(spec.shape.numel()) * dtype_size(spec.dtype);
+  storage->device = Device::cpu();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = spec.shape;
+  impl->dtype = spec.dtype;
+  return add_parameter(params, spec.name, Tensor(std::move(impl)), spec.decay);
+}
+
+ParameterSpec constant_spec(const std::string& name, const Shape& shape, DType dtype,
+                            double value) {
+  return {name, shape, dtype, false, {ParameterInit::Kind::Constant, value, 0}};
 }
 } // namespace
 
@@ -105,6 +120,25 @@ RecordShapesOnly::RecordShapesOnly(std::vector<ParameterSpec>& specs) {
 
 RecordShapesOnly::~RecordShapesOnly() { recording = nullptr; }
 
+Tensor initial_elements(const ParameterSpec& spec, std::int64_t first, std::int64_t count,
+                        Device device) {
+  TS_CHECK(first >= 0 && count >= 0 && first + count <= spec.shape.numel(),
+           "initial_elements: ", "expected elements [", first, ", ", first + count, ") of '",
+           spec.name, "' ", spec.shape.str(), ", which has ", spec.shape.numel());
+  const Shape flat({count});
+  switch (spec.init.kind) {
+  case ParameterInit::Kind::Normal:
+    return Tensor::randn(flat, spec.init.seed, stream_id(spec.name), spec.dtype, 0.0,
+                         spec.init.value, static_cast<std::uint64_t>(first), device);
+  case ParameterInit::Kind::Constant:
+    return Tensor::full(flat, spec.init.value, spec.dtype, device);
+  case ParameterInit::Kind::Unknown: break;
+  }
+  TS_CHECK(false, "initial_elements: expected a spec recorded as '", spec.name, "' was made ",
+           "(RecordShapesOnly), found one that does not say how it is drawn (specs_of)");
+  return {}; // unreachable
+}
+
 Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init, bool decay) {
   init.set_name(name);
   init.set_requires_grad(true);
@@ -114,17 +148,15 @@ Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init
 
 Tensor normal_parameter(ParameterList& params, const std::string& name, const Shape& shape,
                         double std, std::uint64_t seed, DType dtype, bool decay) {
-  return make_parameter(params, name, shape, dtype, decay, [&] {
-    return Tensor::randn(shape, seed, stream_id(name), dtype, 0.0, std);
-  });
+  return make_parameter(params,
+                        {name, shape, dtype, decay, {ParameterInit::Kind::Normal, std, seed}});
 }
 
 Linear::Linear(ParameterList& params, const std::string& name, std::int64_t in, std::int64_t out,
                double std, bool has_bias, std::uint64_t seed, DType dtype) {
   weight = normal_parameter(params, name + ".weight", Shape({in, out}), std, seed, dtype);
   if (has_bias)
-    bias = make_parameter(params, name + ".bias", Shape({out}), dtype, false,
-                          [&] { return Tensor::zeros(Shape({out}), dtype); });
+    bias = make_parameter(params, constant_spec(name + ".bias", Shape({out}), dtype, 0.0));
 }
 
 // A layer computes in its input's dtype: under mixed precision the float32 master weights are
@@ -137,11 +169,9 @@ Tensor Linear::forward(const Tensor& x) const {
 LayerNorm::LayerNorm(ParameterList& params, const std::string& name, std::int64_t dim,
                      bool has_bias, double epsilon, DType dtype)
     : eps(epsilon) {
-  weight = make_parameter(params, name + ".weight", Shape({dim}), dtype, false,
-                          [&] { return Tensor::ones(Shape({dim}), dtype); });
+  weight = make_parameter(params, constant_spec(name + ".weight", Shape({dim}), dtype, 1.0));
   if (has_bias)
-    bias = make_parameter(params, name + ".bias", Shape({dim}), dtype, false,
-                          [&] { return Tensor::zeros(Shape({dim}), dtype); });
+    bias = make_parameter(params, constant_spec(name + ".bias", Shape({dim}), dtype, 0.0));
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const {

@@ -12,9 +12,11 @@
 namespace tinyscale::nn {
 
 /// While one lives on this thread, the parameter makers below (add_parameter's callers
-/// normal_parameter, Linear and LayerNorm) allocate nothing: each parameter is a zero-element
-/// placeholder, and its name, shape, dtype and decay go to `specs`. gpt_parameter_specs builds
-/// the whole model's list this way, on a rank that holds a few of its pieces. One at a time.
+/// normal_parameter, Linear and LayerNorm) allocate nothing and draw nothing: each parameter is a
+/// placeholder of its shape with no bytes (reading it fails, naming it), and its name, shape,
+/// dtype, decay and how it would be drawn (ParameterInit) go to `specs`. gpt_parameter_specs
+/// builds the whole model's list this way, on a rank that holds a few of its pieces; ZeRO-3
+/// builds its model this way and draws only its shards (initial_elements). One at a time.
 class RecordShapesOnly {
 public:
   explicit RecordShapesOnly(std::vector<ParameterSpec>& specs);
@@ -22,6 +24,12 @@ public:
   RecordShapesOnly(const RecordShapesOnly&) = delete;
   RecordShapesOnly& operator=(const RecordShapesOnly&) = delete;
 };
+
+/// Elements [first, first + count) of the parameter's initial value, flattened in row-major
+/// order, as a 1-D tensor on `device`: exactly those elements of what normal_parameter, Linear or
+/// LayerNorm would draw whole. Throws unless the spec says how it is drawn and the range fits.
+Tensor initial_elements(const ParameterSpec& spec, std::int64_t first, std::int64_t count,
+                        Device device = Device::cpu());
 
 /// Creates a parameter named `name` (requires grad), appends it to `params` and returns it.
 Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init, bool decay);

@@ -63,6 +63,7 @@ FeedForwardOutput run_block(const std::function<FeedForwardOutput(const Tensor&)
 ModelOutput Model::forward(const Tensor& ids, const Tensor& targets,
                            const ForwardContext& ctx) const {
   ModelOutput out;
+  if (ctx.hooks != nullptr) ctx.hooks->before_forward();
   Tensor x = embed(ids, ctx);
   for (int i = 0; i < config().n_layer; ++i) {
     if (ctx.hooks != nullptr) ctx.hooks->before_block(i);

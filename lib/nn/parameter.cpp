@@ -19,7 +19,8 @@ const NamedParameter& find_parameter(const ParameterList& params, const std::str
 
 std::vector<ParameterSpec> specs_of(const ParameterList& params) {
   std::vector<ParameterSpec> out;
-  for (const auto& p : params) out.push_back({p.name, p.tensor.shape(), p.tensor.dtype(), p.decay});
+  for (const auto& p : params)
+    out.push_back({p.name, p.tensor.shape(), p.tensor.dtype(), p.decay, {}});
   return out;
 }
 
@@ -33,6 +34,10 @@ void to_device(const ParameterList& params, Device device) {
   for (const auto& p : params) {
     TensorImpl& impl = p.tensor.impl();
     if (impl.storage->device == device) continue;
+    if (impl.storage->data == nullptr && impl.storage->bytes > 0) { // no bytes yet: nothing to move
+      impl.storage->device = device;
+      continue;
+    }
     impl.storage = p.tensor.detach().to(device).impl().storage;
     impl.offset = 0;
     if (impl.grad) impl.grad = Tensor(impl.grad).to(device).impl_ptr();

@@ -55,8 +55,9 @@ RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, in
     }
   }
   const double embedding = static_cast<double>(m.vocab) * h / layout.tp; // vocab-parallel
-  if (rank == 0) out.dense += embedding + static_cast<double>(m.seq) * h;
-  if (rank == p - 1 && p > 1) out.dense += embedding; // the tied head's copy on the last stage
+  if (rank == 0) out.embeddings += embedding + static_cast<double>(m.seq) * h;
+  if (rank == p - 1 && p > 1) out.embeddings += embedding; // the tied head's copy on the last stage
+  out.dense += out.embeddings;
   return out;
 }
 

@@ -33,7 +33,13 @@ struct RankMemory {
   double state_bytes = 0; ///< weights + gradients + optimizer state (ZeRO formula)
   zero::StateBytes state; ///< state_bytes by kind
   double activation_bytes = 0;
-  double total() const { return state_bytes + activation_bytes; }
+  /// ZeRO's working buffers during a step, as tinyscale's ZeRO bounds them (lib/zero): at stage 3
+  /// the gathered units (the embeddings and head, the block computing and the next, prefetched);
+  /// at stages 2 and 3 the flat gradients waiting for their reduce-scatter (at most two units in
+  /// flight, the block still collecting, and the embeddings and head, whose final LayerNorm's
+  /// gradient is ready first). 0 at stages 0 and 1.
+  double buffer_bytes = 0;
+  double total() const { return state_bytes + activation_bytes + buffer_bytes; }
 };
 
 /// Parameters (elements) one device of pipeline rank `rank` holds before ZeRO: its layers' share
@@ -42,6 +48,7 @@ struct RankMemory {
 /// Returns {dense, expert} parameters.
 struct RankParameters {
   double dense = 0, expert = 0;
+  double embeddings = 0; ///< of `dense`: the embeddings and the tied head, outside the blocks
 };
 RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, int rank);
 

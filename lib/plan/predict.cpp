@@ -189,6 +189,12 @@ RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
                                                  recompute)
                : activation_bytes_per_layer(model, layout.micro_batch, layout.tp, recompute);
   };
+  if (layout.zero >= 2 && layers > 0) {
+    const double rest = params.embeddings, block = (out.parameters - rest) / layers;
+    const double gathered = layout.zero == 3 ? rest + 2 * block : 0; // computing, prefetched
+    const double reducing = rest + 3 * block; // two in flight, one collecting, the rest
+    out.buffer_bytes = gathered * constants.parameters + reducing * constants.gradients;
+  }
   out.activation_bytes = in_flight * layers * per_layer(layout.recompute) * e / 2;
   if (layout.recompute == Recompute::Full) // the backward rebuilds one whole layer at a time
     out.activation_bytes += per_layer(Recompute::None) * e / 2;
@@ -304,6 +310,7 @@ Prediction predict(const ModelShape& model, const PlanLayout& layout, const Clus
       out.memory_bytes = memory.total();
       out.state_bytes = memory.state_bytes;
       out.activation_bytes = memory.activation_bytes;
+      out.buffer_bytes = memory.buffer_bytes;
     }
     const double dp =
         zero_seconds(layout.zero, mine.dense, layout.dp * layout.ep * layout.cp, m, e,

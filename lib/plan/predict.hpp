@@ -43,7 +43,8 @@ struct Prediction {
   double tflops_per_device = 0; ///< hardware_flops / step / devices / 1e12 (Narayanan's metric)
   double state_bytes = 0;       ///< of the device with the most memory
   double activation_bytes = 0;  ///< of that device
-  double memory_bytes = 0;      ///< state + activations, the most of any device
+  double buffer_bytes = 0;      ///< of that device: ZeRO-2/3's working buffers (RankMemory)
+  double memory_bytes = 0;      ///< state + activations + buffers, the most of any device
   bool fits = false;            ///< memory_bytes <= the cluster's budget
   Link tp_link, pp_link, dp_link, ep_link, cp_link; ///< each group's slowest link ("": none)
 };

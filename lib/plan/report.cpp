@@ -117,8 +117,8 @@ std::string format_plan(const Plan& plan, const Cluster& cluster, int top) {
       " TF/s peak). memory/GPU: training state (ZeRO formula) + activations (Korthikanti "
       "Table 2",
       any_cp ? "; with cp the ring's (s/cp) b h (10 + 24/t), no s x s maps" : "",
-      ") x micro-batches in flight; budget ", fixed("%.1f GiB", cluster.memory_bytes / (1 << 30)),
-      ".\n");
+      ") x micro-batches in flight + ZeRO-2/3's gathered and reduce buffers; budget ",
+      fixed("%.1f GiB", cluster.memory_bytes / (1 << 30)), ".\n");
   return out;
 }
 
@@ -234,7 +234,8 @@ std::string plan_json(const Plan& plan, const ModelShape& model, const Cluster& 
                        {"tflops_per_device", p.tflops_per_device},
                        {"memory_bytes", p.memory_bytes},
                        {"state_bytes", p.state_bytes},
-                       {"activation_bytes", p.activation_bytes}});
+                       {"activation_bytes", p.activation_bytes},
+                       {"buffer_bytes", p.buffer_bytes}});
   }
   j["layouts"] = layouts;
   return j.dump(1) + "\n";

@@ -165,13 +165,15 @@ StepResult Trainer::train_step() {
 
 // Validation runs each batch whole (no micro-batches: no gradients to hold), so a MoE layer's
 // capacity counts batch_size * seq_len tokens here; only the cross-entropy is reported.
-double Trainer::evaluate() const {
+double Trainer::evaluate(nn::ForwardHooks* hooks) const {
   NoGradGuard no_grad;
   const TrainConfig& t = config_.train;
+  nn::ForwardContext ctx;
+  ctx.hooks = hooks;
   double total = 0;
   for (std::int64_t j = 0; j < t.eval_batches; ++j) {
     data::Batch b = data_.batch(data::Split::Val, j, t.batch_size, t.seq_len);
-    total += model_->forward(b.inputs.to(device_), b.targets.to(device_), {}).lm_loss.item();
+    total += model_->forward(b.inputs.to(device_), b.targets.to(device_), ctx).lm_loss.item();
   }
   return total / static_cast<double>(t.eval_batches);
 }

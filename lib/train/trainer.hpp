@@ -83,8 +83,9 @@ public:
   /// Runs one optimizer step: zero_grad, micro_batches x (forward_micro_batch, backward of
   /// loss / micro_batches, add_micro_batch), finish_step.
   StepResult train_step();
-  /// Mean cross-entropy over train.eval_batches validation batches (no gradients).
-  double evaluate() const;
+  /// Mean cross-entropy over train.eval_batches validation batches (no gradients). `hooks`
+  /// (optional) are called around each block and the head (ZeRO-3 gathers one unit at a time).
+  double evaluate(nn::ForwardHooks* hooks = nullptr) const;
 
   // ---- the pieces of a step, for the parallel trainers (chapter 04 on) ---------------------
   /// Clears every gradient (the start of a step).

@@ -58,6 +58,7 @@ public:
                     {"optimizer_bytes", m.optimizer},
                     {"activation_peak_bytes", trainer_->activation_peak()},
                     {"gathered_peak_bytes", m.gathered_peak},
+                    {"reduce_peak_bytes", m.reduce_peak},
                     {"sent_bytes", sent_}};
     char buf[120];
     std::snprintf(buf, sizeof buf, " | state %.0f KiB/rank | sent %.0f KiB",
@@ -65,16 +66,19 @@ public:
     text += buf;
   }
 
-  // Every rank's state, activation and gathered peaks and last step's bytes, gathered to print
-  // (a run resumed at its last step trains no step: no table).
+  // Every rank's state, activation, gathered and reduce peaks and last step's bytes, gathered to
+  // print (a run resumed at its last step trains no step: no table).
   void finish() override {
     if (!stepped_) return;
     const ZeroMemory& m = memory_;
     const int n = world_->size();
-    const std::vector<double> mine = {
-        static_cast<double>(m.parameters),    static_cast<double>(m.gradients),
-        static_cast<double>(m.optimizer),     static_cast<double>(trainer_->activation_peak()),
-        static_cast<double>(m.gathered_peak), sent_};
+    const std::vector<double> mine = {static_cast<double>(m.parameters),
+                                      static_cast<double>(m.gradients),
+                                      static_cast<double>(m.optimizer),
+                                      static_cast<double>(trainer_->activation_peak()),
+                                      static_cast<double>(m.gathered_peak),
+                                      static_cast<double>(m.reduce_peak),
+                                      sent_};
     const std::vector<double> all = comm::all_gather_values(*world_, mine);
     if (world_->rank() != 0) return;
     const double psi = static_cast<double>(trainer_->sharded().parameter_count());
@@ -85,14 +89,15 @@ public:
     std::printf("memory per rank, counted by the allocator, beside Rajbhandari et al. (fp32: 4 + "
                 "4 + 8 bytes per parameter, psi = %.0f, N = %d), and the last step's bytes sent:\n"
                 "| rank | parameters KiB | gradients KiB | optimizer KiB | activations peak KiB | "
-                "gathered peak KiB | sent KiB |\n|---|---|---|---|---|---|---|\n",
+                "gathered peak KiB | reduce peak KiB | sent KiB |\n"
+                "|---|---|---|---|---|---|---|---|\n",
                 psi, n);
     for (int r = 0; r < n; ++r) {
       const double* v = all.data() + static_cast<std::size_t>(r) * mine.size();
-      std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r, kib(v[0]), kib(v[1]),
-                  kib(v[2]), kib(v[3]), kib(v[4]), kib(v[5]));
+      std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r, kib(v[0]),
+                  kib(v[1]), kib(v[2]), kib(v[3]), kib(v[4]), kib(v[5]), kib(v[6]));
     }
-    std::printf("| formula | %.1f | %.1f | %.1f | - | - | %.1f |\n", kib(f.parameters),
+    std::printf("| formula | %.1f | %.1f | %.1f | - | - | - | %.1f |\n", kib(f.parameters),
                 kib(f.gradients), kib(f.optimizer), kib(sent_formula));
   }
 

@@ -11,6 +11,7 @@
 #include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 #include "dp/bucket.hpp"
+#include "nn/layers.hpp"
 #include "zero/flat_comm.hpp"
 #include "zero/shard.hpp"
 #include "zero/unit.hpp"
@@ -24,6 +25,26 @@
 namespace tinyscale::zero {
 
 namespace {
+// Throws unless `unallocated` is empty, or stage 3's specs of `params` (placeholders, in order).
+void check_unallocated(const nn::ParameterList& params,
+                       const std::vector<nn::ParameterSpec>& unallocated, int stage) {
+  if (unallocated.empty()) return;
+  TS_CHECK(stage == 3, "ZeRO: expected parameters with their values at stage ", stage,
+           " (only stage 3 shards the parameters; unallocated ones are drawn shard by shard)");
+  TS_CHECK(unallocated.size() == params.size(), "ZeRO: expected a spec for each of the ",
+           params.size(), " parameters, found ", unallocated.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const nn::ParameterSpec& spec = unallocated[i];
+    const Tensor& p = params[i].tensor;
+    TS_CHECK(spec.name == params[i].name && spec.shape == p.shape() && spec.dtype == p.dtype(),
+             "ZeRO: expected spec ", i, " to describe parameter '", params[i].name, "' ",
+             p.shape().str(), ", found '", spec.name, "' ", spec.shape.str());
+    TS_CHECK(p.impl().storage->data == nullptr, "ZeRO: expected '", params[i].name,
+             "' without bytes (built under nn::RecordShapesOnly), found it allocated; pass no ",
+             "specs for a model built whole");
+  }
+}
+
 // Allocates a zeroed flat buffer on `device` whose bytes count into `counter`.
 Tensor counted_zeros(MemoryCounter& counter, std::int64_t numel, DType dtype, Device device) {
   CountAllocations scope(counter);
@@ -85,7 +106,8 @@ struct ShardedDataParallel::State : std::enable_shared_from_this<State> {
 
 ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
                                          comm::Communicator& group, const optim::OptimConfig& optim,
-                                         ZeroOptions options)
+                                         ZeroOptions options,
+                                         const std::vector<nn::ParameterSpec>& unallocated)
     : state_(std::make_shared<State>()) {
   State& s = *state_;
   TS_CHECK(options.stage >= 1 && options.stage <= 3, "ZeRO: expected stage 1, 2 or 3, found ",
@@ -96,6 +118,7 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
   TS_CHECK(!params.empty(), "ZeRO: expected parameters, found none");
   TS_CHECK(!options.reduce_after_backward || options.stage == 1, "ZeRO: reduce_after_backward ",
            "is stage 1's (the gradients stay whole until the step); found stage ", options.stage);
+  check_unallocated(params, unallocated, options.stage);
   s.dtype = params.front().tensor.dtype();
   s.device = params.front().tensor.device();
   // The flat buffers live with the parameters and go to the communicator as they are: it must
@@ -153,16 +176,32 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
     }
     u.layout = shard_layout(offset, n);
     u.segments = shard_segments(numels, n, s.rank);
-    // The flat parameters: every parameter becomes a view into them, and rank 0's values are
-    // everyone's (the same seed gives the same values; the broadcast makes it a fact).
-    Tensor flat = counted_zeros(s.param_bytes, u.layout.padded, s.dtype, s.device);
-    u.storage = flat.impl().storage;
-    for (std::size_t j = 0; j < u.params.size(); ++j)
-      point_into(s.params[u.params[j]].tensor, u.storage, u.offsets[j]);
-    comm::broadcast(group, flat, 0);
-    if (options.stage == 3) {
+    if (!unallocated.empty()) {
+      // Only this rank's shard is drawn, piece by piece, from each parameter's own stream; the
+      // parameters view the flat storage, which has bytes only while the unit is gathered.
+      u.storage = std::make_shared<Storage>();
+      u.storage->bytes = static_cast<std::size_t>(u.layout.padded) * dtype_size(s.dtype);
+      u.storage->device = s.device;
+      for (std::size_t j = 0; j < u.params.size(); ++j)
+        view_into(s.params[u.params[j]].tensor, u.storage, u.offsets[j]);
       u.param_shard = counted_zeros(s.param_bytes, u.layout.shard, s.dtype, s.device);
-      u.param_shard.copy_(storage_view(u.storage, s.own_offset(u), {u.layout.shard}, s.dtype));
+      for (const Segment& seg : u.segments)
+        storage_view(u.param_shard.impl().storage, seg.shard_offset, {seg.length}, s.dtype)
+            .copy_(nn::initial_elements(unallocated[u.params[seg.param]], seg.param_offset,
+                                        seg.length, s.device));
+      u.gathered = false;
+    } else {
+      // The flat parameters: every parameter becomes a view into them, and rank 0's values are
+      // everyone's (the same seed gives the same values; the broadcast makes it a fact).
+      Tensor flat = counted_zeros(s.param_bytes, u.layout.padded, s.dtype, s.device);
+      u.storage = flat.impl().storage;
+      for (std::size_t j = 0; j < u.params.size(); ++j)
+        point_into(s.params[u.params[j]].tensor, u.storage, u.offsets[j]);
+      comm::broadcast(group, flat, 0);
+      if (options.stage == 3) {
+        u.param_shard = counted_zeros(s.param_bytes, u.layout.shard, s.dtype, s.device);
+        u.param_shard.copy_(storage_view(u.storage, s.own_offset(u), {u.layout.shard}, s.dtype));
+      }
     }
     if (options.stage == 1) {
       if (!options.reduce_after_backward) (void)s.flat_grad(u);
@@ -339,6 +378,10 @@ Tensor ShardedDataParallel::State::backward_boundary(const Tensor& x, int layer)
 void ShardedDataParallel::begin_micro_batch(bool last) {
   State& s = *state_;
   s.reducing = s.options.stage >= 2 || last;
+}
+
+void ShardedDataParallel::before_forward() {
+  State& s = *state_;
   if (s.options.stage != 3) return;
   s.gather(s.units[s.rest_unit()], "forward gather", true);
   if (s.options.prefetch && s.n_layer > 0)

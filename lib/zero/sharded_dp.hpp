@@ -60,16 +60,20 @@ public:
   /// Collective over `group`: broadcasts the parameters from rank 0, splits the group into a
   /// gather and a reduce communicator, lays the units out and allocates this rank's state.
   /// `params` must be a GPT's with `n_layer` blocks (any list, with n_layer 0, under
-  /// ZeroOptions::reduce_after_backward), on the CPU, in one floating dtype.
+  /// ZeroOptions::reduce_after_backward), on one device, in one floating dtype.
+  /// With `unallocated` (stage 3 only): the parameters are placeholders without bytes, built
+  /// under nn::RecordShapesOnly, and these their recorded specs, in the same order; each rank
+  /// draws only its shards (nn::initial_elements), so no rank ever holds a whole unit it did not
+  /// gather, and nothing is broadcast (every element is a function of the seed and its name).
   ShardedDataParallel(nn::ParameterList params, int n_layer, comm::Communicator& group,
-                      const optim::OptimConfig& optim, ZeroOptions options);
+                      const optim::OptimConfig& optim, ZeroOptions options,
+                      const std::vector<nn::ParameterSpec>& unallocated = {});
   ~ShardedDataParallel() override;
   ShardedDataParallel(const ShardedDataParallel&) = delete;
   ShardedDataParallel& operator=(const ShardedDataParallel&) = delete;
 
   /// Before a micro-batch's forward. `last`: its backward ends the step's accumulation (stage 1
-  /// reduce-scatters only then; stages 2 and 3 after every micro-batch). Stage 3 gathers the
-  /// embeddings and head.
+  /// reduce-scatters only then; stages 2 and 3 after every micro-batch).
   void begin_micro_batch(bool last);
   /// After the micro-batch's backward: launches the reduce-scatters no hook launched, waits for
   /// all of them, adds each unit's reduced shard to this rank's gradient shard (stages 2, 3) and
@@ -92,7 +96,10 @@ public:
   /// for the next step.
   void step(double lr, double clip_factor);
 
-  // Stage 3's forward hooks (nothing happens at stages 1, 2).
+  // Stage 3's forward hooks (nothing happens at stages 1, 2): before_forward gathers the
+  // embeddings and head, each block is gathered before it runs and freed after, the head after
+  // the logits. A forward without backward (evaluation) runs with them too: one unit at a time.
+  void before_forward() override;
   void before_block(int layer) override;
   Tensor after_block(int layer, const Tensor& y) override;
   Tensor after_head(const Tensor& logits) override;

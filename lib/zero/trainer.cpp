@@ -2,6 +2,8 @@
 
 #include "core/error.hpp"
 #include "dp/step.hpp"
+#include "nn/gpt.hpp"
+#include "nn/layers.hpp"
 
 #include <optional>
 
@@ -22,11 +24,18 @@ const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicat
 } // namespace
 
 ZeroTrainer::ZeroTrainer(io::RunConfig config, comm::Communicator& group, ZeroOptions options)
-    : trainer_(checked(config, group, options.stage), {}, train::OptimizerOwner::Caller),
+    : trainer_(
+          // Stage 3 builds the model without bytes: ShardedDataParallel draws this rank's shards.
+          [&](const io::RunConfig& c) {
+            std::optional<nn::RecordShapesOnly> record;
+            if (options.stage == 3) record.emplace(specs_);
+            return std::make_unique<nn::GPT>(c.model, c.train.seed);
+          },
+          checked(config, group, options.stage), train::OptimizerOwner::Caller),
       group_(&group) {
   rows_ = config.train.batch_size / (group.size() * config.train.micro_batches);
   zero_ = std::make_unique<ShardedDataParallel>(trainer_.model().parameters(), config.model.n_layer,
-                                                group, config.optim, options);
+                                                group, config.optim, options, specs_);
 }
 
 // Chapter 04's step and rows; ShardedDataParallel reduce-scatters during backward (stage 1 only in
@@ -58,8 +67,7 @@ train::StepResult ZeroTrainer::train_step() {
 }
 
 double ZeroTrainer::evaluate() {
-  zero_->gather_all();
-  const double loss = trainer_.evaluate();
+  const double loss = trainer_.evaluate(zero_->stage() == 3 ? zero_.get() : nullptr);
   zero_->release_all();
   return loss;
 }

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tinyscale::zero {
 
@@ -31,7 +32,8 @@ public:
   /// Collective: one optimizer step on the global batch; every rank returns the same losses,
   /// norm and MoE counts (reduced over the group).
   train::StepResult train_step();
-  /// Collective: the mean validation cross-entropy (stage 3 gathers the model for it).
+  /// Collective: the mean validation cross-entropy (stage 3 gathers one unit at a time for it,
+  /// as in training).
   double evaluate();
   /// Collective: writes a single-rank-layout checkpoint from rank 0; returns its directory on
   /// every rank.
@@ -60,6 +62,9 @@ public:
   std::int64_t activation_peak() const { return activation_peak_; }
 
 private:
+  /// Stage 3: the model's specs, recorded as it was built without bytes (each rank then draws
+  /// only its shards); empty at stages 1 and 2, whose ranks hold the whole model anyway.
+  std::vector<nn::ParameterSpec> specs_;
   train::Trainer trainer_;
   comm::Communicator* group_;
   std::int64_t rows_ = 0;

@@ -50,6 +50,10 @@ Tensor storage_view(const std::shared_ptr<Storage>& storage, std::int64_t offset
 void point_into(const Tensor& param, const std::shared_ptr<Storage>& storage, std::int64_t offset) {
   Tensor view = storage_view(storage, offset, param.shape(), param.dtype());
   view.copy_(param); // the device's own copy: the storage lives where the parameter does
+  view_into(param, storage, offset);
+}
+
+void view_into(const Tensor& param, const std::shared_ptr<Storage>& storage, std::int64_t offset) {
   TensorImpl& impl = param.impl();
   impl.storage = storage;
   impl.offset = offset;

@@ -36,5 +36,7 @@ Tensor storage_view(const std::shared_ptr<Storage>& storage, std::int64_t offset
 /// Makes `param` a view into `storage` at `offset`, keeping its values: every handle to the
 /// parameter (the model's layers hold some) sees the flat buffer from then on.
 void point_into(const Tensor& param, const std::shared_ptr<Storage>& storage, std::int64_t offset);
+/// As point_into, without copying: for a parameter that has no values yet.
+void view_into(const Tensor& param, const std::shared_ptr<Storage>& storage, std::int64_t offset);
 
 } // namespace tinyscale::zero

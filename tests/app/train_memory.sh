@@ -39,7 +39,7 @@ run --set train.memory_cap_mib=9 > "$work/cap.txt" 2>&1 || status=$?
 [ "$status" = 1 ] || fail "a capped one-rank run: expected exit status 1, found $status"
 grep -q "train.memory_cap_mib = 9: rank 0 could not allocate a buffer of .* bytes while building the run" \
   "$work/cap.txt" || fail "the cap message: $(cat "$work/cap.txt")"
-grep -q "predicted to fit with a fifth of the cap to spare: .*--pp 4" "$work/cap.txt" ||
+grep -q "predicted to fit with a tenth of the cap to spare: .*--pp 4" "$work/cap.txt" ||
   fail "the cap message names no layout: $(cat "$work/cap.txt")"
 run --set train.memory_cap_mib=9 --pp 4 > "$work/cap_pp.txt" || fail "pp 4 under the cap"
 grep -q "^final val loss" "$work/cap_pp.txt" || fail "pp 4 under the cap did not finish"

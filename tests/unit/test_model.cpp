@@ -287,13 +287,36 @@ TEST_CASE("A GPT of some pieces (a pipeline rank's stages) holds exactly those p
       specs = nn::gpt_parameter_specs(config);
     }
     CHECK(recorded.peak_bytes() == 0);
-    const std::vector<nn::ParameterSpec> want = nn::specs_of(nn::GPT(config, 7).parameters());
+    const nn::GPT built(config, 0);
+    const std::vector<nn::ParameterSpec> want = nn::specs_of(built.parameters());
     REQUIRE(specs.size() == want.size());
     for (std::size_t i = 0; i < specs.size(); ++i) {
       CHECK(specs[i].name == want[i].name);
       CHECK(specs[i].shape == want[i].shape);
       CHECK(specs[i].dtype == want[i].dtype);
       CHECK(specs[i].decay == want[i].decay);
+      // any piece of its initial value, drawn alone, is that piece of the whole (ZeRO-3's shards)
+      const std::vector<double> all = built.parameters()[i].tensor.to_vector();
+      const auto n = static_cast<std::int64_t>(all.size());
+      for (const auto& [from, count] :
+           {std::pair<std::int64_t, std::int64_t>{0, n}, {n / 3, n - n / 3}, {n - 1, 1}}) {
+        const std::vector<double> drawn = nn::initial_elements(specs[i], from, count).to_vector();
+        CHECK(drawn == std::vector<double>(all.begin() + from, all.begin() + from + count));
+      }
     }
   }
+  // a model built while recording: every parameter has its shape and no bytes, and says so
+  std::vector<nn::ParameterSpec> specs;
+  std::optional<nn::GPT> placeholders;
+  {
+    nn::RecordShapesOnly record(specs);
+    placeholders.emplace(c, 7);
+  }
+  const Tensor& wte = placeholders->parameters().front().tensor;
+  CHECK(wte.shape() == Shape({c.vocab_size, c.n_embd}));
+  REQUIRE_THROWS_WITH(wte.to_vector(), Catch::Contains("'wte.weight': expected its storage"));
+  REQUIRE_THROWS_WITH(nn::initial_elements(nn::specs_of(placeholders->parameters()).front(), 0, 1),
+                      Catch::Contains("does not say how it is drawn"));
+  REQUIRE_THROWS_WITH(nn::initial_elements(specs.front(), 1, specs.front().shape.numel()),
+                      Catch::Contains("expected elements [1, "));
 }

@@ -220,11 +220,21 @@ TEST_CASE("ZeRO-3 divides the state by dp, and the memory filter drops what does
   CHECK(psi == Approx(total_parameters(m)));
   CHECK(predict(m, l, c).state_bytes == Approx(16 * psi)); // 120 GB: does not fit in 80
   CHECK_FALSE(predict(m, l, c).fits);
+  CHECK(predict(m, l, c).buffer_bytes == 0); // no ZeRO: no working buffers
   l.zero = 3;
   CHECK(predict(m, l, c).state_bytes == Approx(16 * psi / 32));
   CHECK(predict(m, l, c).fits);
+  // ZeRO-3's working set in bf16: the embeddings and head with two blocks gathered (computing,
+  // prefetched), and their flat gradients with three blocks waiting for the reduce-scatter
+  const double rest = rank_parameters(m, l, 0).embeddings;
+  const double block = (psi - rest) / m.layers;
+  CHECK(rest == Approx(static_cast<double>(m.vocab + m.seq) * static_cast<double>(m.hidden)));
+  CHECK(predict(m, l, c).buffer_bytes == Approx(2 * (rest + 2 * block) + 2 * (rest + 3 * block)));
+  l.zero = 2; // no gathering: the reduce buffers only
+  CHECK(predict(m, l, c).buffer_bytes == Approx(2 * (rest + 3 * block)));
   c.memory_bytes = 1e9; // 1 GB: nothing fits
-  SearchSpace space{.devices = 32, .batch = 64};
+  // data parallelism alone (ZeRO-3's blocks are whole on every rank: tp would shrink them)
+  SearchSpace space{.devices = 32, .batch = 64, .tp = {1}, .pp = {1}};
   const Plan plan = search(m, c, space);
   CHECK(plan.ranked.empty());
   CHECK(plan.too_big == plan.evaluated);
