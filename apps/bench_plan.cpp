@@ -96,6 +96,7 @@ void measure(comm::Communicator& world, io::RunConfig config, const plan::PlanLa
              const BenchPlanOptions& opt, std::vector<double>& times) {
   config.train.micro_batches = l.micro_batches;
   config.train.recompute = plan::recompute_name(l.recompute);
+  config.train.recompute_blocks = l.recompute_blocks;
   const std::unique_ptr<train::RankRun> run = fourd::make_run(l.parallel_plan(), config, world);
   for (std::int64_t s = 0; s < opt.warmup + opt.steps; ++s) {
     double seconds = run->train_step().seconds;

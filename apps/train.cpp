@@ -330,10 +330,12 @@ void run_train(TrainOptions opt) {
   }
   TS_CHECK(!opt.config.empty(), "train: expected --config FILE (for example configs/tiny.toml), ",
            "found none; `tinyscale train --list-keys` lists every key a config may set");
-  io::RunConfig config = io::load_config(opt.config, opt.overrides);
+  // --recompute is an override like --set's, applied after them: validated with the others
+  std::vector<std::string> overrides = opt.overrides;
+  if (!opt.recompute.empty()) overrides.push_back("train.recompute=" + opt.recompute);
+  io::RunConfig config = io::load_config(opt.config, overrides);
   if (opt.peak_gflops > 0) config.train.peak_gflops = opt.peak_gflops;
   if (opt.threads > 0) config.train.threads = opt.threads;
-  if (!opt.recompute.empty()) config.train.recompute = opt.recompute;
   TS_CHECK(!opt.memory || config.train.device == "cpu", "train --memory: expected train.device ",
            "= \"cpu\" (the counts are the CPU allocator's), found \"", config.train.device,
            "\"; leave --memory out on a GPU");
@@ -548,7 +550,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--recompute", opt->recompute,
                   "Activation recompute, as train.recompute: none, selective (the attention "
                   "core's scores and softmax rebuilt in the backward) or full (each block from its "
-                  "input); the steps are the same bit for bit, the memory smaller (chapter 07)")
+                  "input); the steps are the same bit for bit, the memory smaller (chapter 07); "
+                  "--set train.recompute_blocks=N limits it to each stage's first N blocks")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   cmd->add_flag("--memory", opt->memory,
                 "After the run, print what each rank held, counted by the CPU allocator (at rest: "

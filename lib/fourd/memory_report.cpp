@@ -127,6 +127,7 @@ plan::PlanLayout plan_layout_of(const mesh::ParallelPlan& plan, const io::RunCon
   l.schedule = pp::parse_schedule(plan.schedule);
   l.chunks = plan.chunks;
   l.recompute = nn::parse_recompute(config.train.recompute);
+  l.recompute_blocks = static_cast<int>(config.train.recompute_blocks);
   l.order = plan.order;
   return l;
 }

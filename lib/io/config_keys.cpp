@@ -87,6 +87,10 @@ std::span<const ConfigKey> config_keys() {
                                   "(the emulated device: CPU arithmetic, device memory rules)"),
       TS_CONFIG_KEY(train.recompute, "activation recompute: none, selective (the attention core's "
                                      "scores and softmax) or full (each block from its input)"),
+      TS_CONFIG_KEY(
+          train.recompute_blocks,
+          "with train.recompute: the first N blocks of each pipeline stage recompute, the "
+          "others keep everything; -1 = every block"),
       TS_CONFIG_KEY(train.memory_cap_mib, "most MiB of CPU memory one rank may allocate; 0 = no "
                                           "cap (an allocation past it stops the run, naming it)"),
       TS_CONFIG_KEY(train.threads, "CPU threads per rank for its kernels; 0 = TINYSCALE_THREADS "

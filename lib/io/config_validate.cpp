@@ -56,6 +56,15 @@ void validate_train(const train::TrainConfig& t, const nn::ModelConfig& model) {
   TS_CHECK(t.steps > 0, "train.steps: expected > 0, found ", t.steps);
   TS_CHECK(t.batch_size > 0, "train.batch_size: expected > 0, found ", t.batch_size);
   (void)nn::parse_recompute(t.recompute); // names the three modes
+  TS_CHECK(
+      t.recompute_blocks >= -1 && t.recompute_blocks <= model.n_layer,
+      "train.recompute_blocks: expected -1 (every block) or 0..model.n_layer = ", model.n_layer,
+      " (the first N blocks of each pipeline stage), found ", t.recompute_blocks);
+  TS_CHECK(t.recompute_blocks == -1 || t.recompute != "none",
+           "train.recompute_blocks = ", t.recompute_blocks,
+           ": expected train.recompute = \"selective\" or \"full\" to choose ",
+           "what those blocks recompute, found \"none\"; set train.recompute or leave ",
+           "train.recompute_blocks at -1");
   TS_CHECK(std::isfinite(t.memory_cap_mib) && t.memory_cap_mib >= 0,
            "train.memory_cap_mib: expected 0 (no cap) or a positive number of MiB, found ",
            t.memory_cap_mib);

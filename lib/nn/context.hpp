@@ -88,6 +88,16 @@ struct ForwardContext {
   const SequenceGroup* sequence = nullptr;
   /// What the blocks keep for the backward (only when training with grad mode on).
   Recompute recompute = Recompute::None;
+  /// How many blocks (the first of each pipeline stage) use `recompute`; -1: all of them.
+  int recompute_blocks = -1;
+
+  /// This context for the block at `position` among the blocks this call runs (0: its first):
+  /// `recompute`, or Recompute::None past the first recompute_blocks.
+  ForwardContext for_block(int position) const {
+    ForwardContext c = *this;
+    if (recompute_blocks >= 0 && position >= recompute_blocks) c.recompute = Recompute::None;
+    return c;
+  }
 
   /// Dropout stream for the layer `name` on a [rows, ...] tensor with `row_elements` per row.
   DropoutRng dropout_rng(const std::string& name, std::int64_t row_elements) const;

@@ -120,23 +120,32 @@ RecordShapesOnly::RecordShapesOnly(std::vector<ParameterSpec>& specs) {
 
 RecordShapesOnly::~RecordShapesOnly() { recording = nullptr; }
 
+Tensor initial_pieces(const ParameterSpec& spec, const std::vector<ElementRange>& ranges,
+                      const Shape& shape, Device device) {
+  TS_CHECK(spec.init.kind != ParameterInit::Kind::Unknown, "initial_pieces: expected a spec ",
+           "recorded as '", spec.name, "' was made (RecordShapesOnly), found one that does not ",
+           "say how it is drawn (specs_of)");
+  std::vector<double> values;
+  values.reserve(static_cast<std::size_t>(shape.numel()));
+  const Philox rng(spec.init.seed, stream_id(spec.name));
+  for (const ElementRange& r : ranges) {
+    TS_CHECK(r.first >= 0 && r.count >= 0 && r.first + r.count <= spec.shape.numel(),
+             "initial_pieces: expected elements [", r.first, ", ", r.first + r.count, ") of '",
+             spec.name, "' ", spec.shape.str(), ", which has ", spec.shape.numel());
+    for (std::int64_t i = r.first; i < r.first + r.count; ++i) // as Tensor::randn draws them
+      values.push_back(spec.init.kind == ParameterInit::Kind::Constant
+                           ? spec.init.value
+                           : 0.0 + spec.init.value * rng.normal_at(static_cast<std::uint64_t>(i)));
+  }
+  TS_CHECK(static_cast<std::int64_t>(values.size()) == shape.numel(), "initial_pieces: expected ",
+           "ranges of ", shape.numel(), " elements in all for ", shape.str(), ", found ",
+           values.size());
+  return Tensor::from_vector(values, shape, spec.dtype, device);
+}
+
 Tensor initial_elements(const ParameterSpec& spec, std::int64_t first, std::int64_t count,
                         Device device) {
-  TS_CHECK(first >= 0 && count >= 0 && first + count <= spec.shape.numel(),
-           "initial_elements: ", "expected elements [", first, ", ", first + count, ") of '",
-           spec.name, "' ", spec.shape.str(), ", which has ", spec.shape.numel());
-  const Shape flat({count});
-  switch (spec.init.kind) {
-  case ParameterInit::Kind::Normal:
-    return Tensor::randn(flat, spec.init.seed, stream_id(spec.name), spec.dtype, 0.0,
-                         spec.init.value, static_cast<std::uint64_t>(first), device);
-  case ParameterInit::Kind::Constant:
-    return Tensor::full(flat, spec.init.value, spec.dtype, device);
-  case ParameterInit::Kind::Unknown: break;
-  }
-  TS_CHECK(false, "initial_elements: expected a spec recorded as '", spec.name, "' was made ",
-           "(RecordShapesOnly), found one that does not say how it is drawn (specs_of)");
-  return {}; // unreachable
+  return initial_pieces(spec, {{first, count}}, Shape({count}), device);
 }
 
 Tensor add_parameter(ParameterList& params, const std::string& name, Tensor init, bool decay) {

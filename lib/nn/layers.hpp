@@ -25,9 +25,18 @@ public:
   RecordShapesOnly& operator=(const RecordShapesOnly&) = delete;
 };
 
-/// Elements [first, first + count) of the parameter's initial value, flattened in row-major
-/// order, as a 1-D tensor on `device`: exactly those elements of what normal_parameter, Linear or
-/// LayerNorm would draw whole. Throws unless the spec says how it is drawn and the range fits.
+/// Elements [first, first + count) of a parameter, flattened in row-major order.
+struct ElementRange {
+  std::int64_t first = 0, count = 0;
+};
+
+/// The elements of `ranges` of the parameter's initial value, one range after the other, as a
+/// tensor of `shape` (as many elements) on `device`: exactly those elements of what
+/// normal_parameter, Linear or LayerNorm would draw whole, without drawing the rest (a ZeRO-3
+/// shard, a tensor-parallel slice). Throws unless the spec says how it is drawn and the ranges fit.
+Tensor initial_pieces(const ParameterSpec& spec, const std::vector<ElementRange>& ranges,
+                      const Shape& shape, Device device = Device::cpu());
+/// initial_pieces of one range, as a 1-D tensor.
 Tensor initial_elements(const ParameterSpec& spec, std::int64_t first, std::int64_t count,
                         Device device = Device::cpu());
 

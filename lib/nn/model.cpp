@@ -67,8 +67,9 @@ ModelOutput Model::forward(const Tensor& ids, const Tensor& targets,
   Tensor x = embed(ids, ctx);
   for (int i = 0; i < config().n_layer; ++i) {
     if (ctx.hooks != nullptr) ctx.hooks->before_block(i);
+    const ForwardContext c = ctx.for_block(i);
     FeedForwardOutput b =
-        run_block([this, i, ctx](const Tensor& in) { return block(i, in, ctx); }, x, ctx);
+        run_block([this, i, c](const Tensor& in) { return block(i, in, c); }, x, c);
     x = ctx.hooks != nullptr ? ctx.hooks->after_block(i, b.y) : b.y;
     if (b.aux_loss.defined()) {
       out.aux_loss = out.aux_loss.defined() ? out.aux_loss + b.aux_loss : b.aux_loss;

@@ -42,6 +42,8 @@ std::string PlanLayout::describe() const {
   text += detail::concat(" | b ", micro_batch, " m ", micro_batches);
   if (pp > 1) text += " | " + schedule_text();
   text += detail::concat(" | zero ", zero, " | recompute ", recompute_name(recompute));
+  if (recompute != Recompute::None && recompute_blocks >= 0)
+    text += detail::concat(" x ", recompute_blocks);
   return text;
 }
 

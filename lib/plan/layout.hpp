@@ -31,6 +31,9 @@ struct PlanLayout {
   pp::ScheduleKind schedule = pp::ScheduleKind::OneFOneB;
   int chunks = 1; ///< v: model chunks per pipeline rank (interleaved only)
   Recompute recompute = Recompute::None;
+  /// With recompute: the first this many layers of each (virtual) stage recompute, the others
+  /// keep everything (train.recompute_blocks); -1: every layer.
+  int recompute_blocks = -1;
   std::string order = mesh::kDefaultOrder; ///< rank order, innermost first
 
   /// dp x tp x pp x ep x cp.
@@ -47,7 +50,7 @@ struct PlanLayout {
   /// "1f1b", "interleaved v2", or "-" when pp = 1 (no pipeline, no schedule to choose).
   std::string schedule_text() const;
   /// "tp 8 pp 4 dp 8 | b 1 m 64 | interleaved v2 | zero 1 | recompute full" (" cp 4" after the
-  /// mesh sizes when cp > 1).
+  /// mesh sizes when cp > 1; "recompute full x 2" when only 2 layers per stage recompute).
   std::string describe() const;
   /// The short form `bench plan --layouts` reads: "1" for one rank, else what differs from it,
   /// joined by ':' in the order dp, tp, pp, ep, cp, m, schedule, v, zero, recompute:

@@ -19,6 +19,13 @@ namespace {
 
 double element_bytes(const Device& d) { return d.precision == "fp32" ? 4 : 2; }
 
+// Whether the layer at `position` in its (virtual) stage recomputes, as the trainers decide it
+// (nn::ForwardContext::for_block): every layer, or the first recompute_blocks.
+bool recomputes(const PlanLayout& layout, int position) {
+  return layout.recompute != Recompute::None &&
+         (layout.recompute_blocks < 0 || position < layout.recompute_blocks);
+}
+
 zero::StateBytesPerParameter state_constants(const Device& d) {
   return d.precision == "fp32" ? zero::kFp32 : zero::kMixedPrecision;
 }
@@ -128,10 +135,10 @@ std::vector<StagePrice> stage_prices(const ModelShape& model, const PlanLayout& 
   const double b = layout.micro_batch, t = layout.tp, c = layout.cp;
   const double s = static_cast<double>(model.seq) / c;
   const double h = static_cast<double>(model.hidden);
-  const double redo = layout.recompute == Recompute::Full ? 1 : 0;
+  const double full_redo = layout.recompute == Recompute::Full ? 1 : 0;
   // selective: the attention core's forward (QK^T and AV) again in the backward; the ring (cp)
   // keeps no s x s maps, so there it recomputes nothing
-  const double core =
+  const double full_core =
       layout.recompute == Recompute::Selective && layout.cp == 1 ? 4 * b * s * s * h / t / rate : 0;
   const bool deferred_weights = layout.pp > 1 && layout.schedule == pp::ScheduleKind::ZeroBubbleH1;
   const auto exposed = [&](double weight_gemm_flops) {
@@ -143,6 +150,8 @@ std::vector<StagePrice> stage_prices(const ModelShape& model, const PlanLayout& 
     StagePrice& price = prices[static_cast<std::size_t>(vs)];
     for (int layer = vs * per_stage; layer < (vs + 1) * per_stage; ++layer) {
       const bool moe = model.experts > 0 && (layer + 1) % model.moe_every == 0;
+      const bool recomputed = recomputes(layout, layer - vs * per_stage);
+      const double redo = recomputed ? full_redo : 0, core = recomputed ? full_core : 0;
       const double f = layer_forward_flops(model, layer) * b / t / c / rate;
       price.forward_compute += f;
       price.backward_compute += (1 + redo) * f + core;
@@ -195,11 +204,21 @@ RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
     const double reducing = rest + 3 * block; // two in flight, one collecting, the rest
     out.buffer_bytes = gathered * constants.parameters + reducing * constants.gradients;
   }
-  out.activation_bytes = in_flight * layers * per_layer(layout.recompute) * e / 2;
-  if (layout.recompute == Recompute::Full) // the backward rebuilds one whole layer at a time
-    out.activation_bytes += per_layer(Recompute::None) * e / 2;
-  if (layout.recompute == Recompute::Selective) // and one layer's attention maps
-    out.activation_bytes += (per_layer(Recompute::None) - per_layer(Recompute::Selective)) * e / 2;
+  // The layers that recompute (each virtual stage's first recompute_blocks) keep less, and the
+  // backward rebuilds one of them at a time: its whole set (full) or its attention maps
+  // (selective). They are a stage's first layers, so by then the micro-batch's later layers have
+  // freed what they kept: the rebuild is on top of the recomputed layers' kept bytes alone.
+  int recomputed = 0;
+  for (int position = 0; position < layers / layout.chunks; ++position)
+    recomputed += recomputes(layout, position) ? layout.chunks : 0;
+  const double mode = per_layer(layout.recompute), none = per_layer(Recompute::None);
+  const double kept = recomputed * mode + (layers - recomputed) * none; // one micro-batch
+  const double rebuild = recomputed == 0                            ? 0
+                         : layout.recompute == Recompute::Full      ? none
+                         : layout.recompute == Recompute::Selective ? none - mode
+                                                                    : 0;
+  const double backward = recomputed > 0 ? std::max(kept, recomputed * mode + rebuild) : kept;
+  out.activation_bytes = ((in_flight - 1) * kept + backward) * e / 2;
   return out;
 }
 

@@ -278,6 +278,7 @@ void PipelineTrainer::forward(const Action& a, MicroBatchState& st, train::StepR
   const double m = loss_divisor_; // one rank with D x m micro-batches divides by that
   nn::ForwardContext ctx{true, t.seed, trainer_.step(), row_begin, nullptr};
   ctx.recompute = nn::parse_recompute(t.recompute);
+  ctx.recompute_blocks = static_cast<int>(t.recompute_blocks);
   data::Batch batch;
   if (v == 0 || v == last)
     batch = trainer_.dataset().batch(data::Split::Train, trainer_.step(), t.batch_size, t.seq_len,
@@ -288,8 +289,9 @@ void PipelineTrainer::forward(const Action& a, MicroBatchState& st, train::StepR
            " before its input arrived (the schedule was validated: this is a bug)");
   Tensor aux, z;
   for (int i = partition_.begin(v); i < partition_.end(v); ++i) {
-    nn::FeedForwardOutput b = nn::run_block(
-        [&model, i, ctx](const Tensor& in) { return model.block(i, in, ctx); }, x, ctx);
+    const nn::ForwardContext c = ctx.for_block(i - partition_.begin(v)); // recompute_blocks
+    nn::FeedForwardOutput b =
+        nn::run_block([&model, i, c](const Tensor& in) { return model.block(i, in, c); }, x, c);
     x = b.y;
     if (b.stats) train::add_moe_layer(r.moe, *b.stats, 1.0 / m);
     if (b.aux_loss.defined()) {

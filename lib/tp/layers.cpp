@@ -21,17 +21,23 @@ Tensor exit_tp(const Tensor& x, const TpContext& tp) {
 Tensor shard_normal_parameter(nn::ParameterList& params, const std::string& name,
                               const Shape& full_shape, double std, std::uint64_t seed, DType dtype,
                               const TpContext& tp, bool decay) {
-  // The whole tensor from the parameter's own stream, exactly as nn::normal_parameter draws it.
-  const Tensor full = Tensor::randn(full_shape, seed, stream_id(name), dtype, 0.0, std);
-  return nn::add_parameter(params, name, cut_shard(full, shard_spec(name), tp.rank(), tp.size()),
+  // Only this rank's elements of the whole tensor, from the parameter's own stream, exactly as
+  // nn::normal_parameter draws them: the whole tensor is never drawn.
+  const nn::ParameterSpec whole{
+      name, full_shape, dtype, decay, {nn::ParameterInit::Kind::Normal, std, seed}};
+  const ShardSpec cut = shard_spec(name);
+  return nn::add_parameter(params, name,
+                           nn::initial_pieces(whole,
+                                              shard_ranges(full_shape, cut, tp.rank(), tp.size()),
+                                              shard_shape(full_shape, cut, tp.size())),
                            decay);
 }
 
 Tensor shard_zeros_parameter(nn::ParameterList& params, const std::string& name,
                              const Shape& full_shape, DType dtype, const TpContext& tp) {
-  const Tensor full = Tensor::zeros(full_shape, dtype);
-  return nn::add_parameter(params, name, cut_shard(full, shard_spec(name), tp.rank(), tp.size()),
-                           false);
+  return nn::add_parameter(
+      params, name, Tensor::zeros(shard_shape(full_shape, shard_spec(name), tp.size()), dtype),
+      false);
 }
 
 ColumnParallelLinear::ColumnParallelLinear(nn::ParameterList& params, const std::string& name,

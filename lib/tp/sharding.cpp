@@ -24,17 +24,49 @@ ShardSpec shard_spec(const std::string& name) {
   return {}; // wpe, ln_*, ln_f, c_proj biases, the MoE router
 }
 
+namespace {
+// The elements of one block along spec.dim of a `full` tensor, checked to split into `ranks`
+// pieces.
+std::int64_t block_size(const Shape& full, const ShardSpec& spec, int ranks) {
+  TS_CHECK(spec.dim < full.rank(), "tp::cut_shard: expected a tensor with a dimension ", spec.dim,
+           ", found ", full.str());
+  const std::int64_t block = full[spec.dim] / spec.blocks;
+  TS_CHECK(block * spec.blocks == full[spec.dim] && block % ranks == 0,
+           "tp::cut_shard: expected dimension ", spec.dim, " of ", full.str(), " to split ",
+           "into ", spec.blocks, " block(s) of a multiple of tp = ", ranks, " elements, found ",
+           full[spec.dim], "; choose model sizes divisible by tp");
+  return block;
+}
+} // namespace
+
+Shape shard_shape(const Shape& full, const ShardSpec& spec, int ranks) {
+  if (spec.replicated()) return full;
+  std::vector<std::int64_t> dims = full.dims();
+  dims[static_cast<std::size_t>(spec.dim)] = block_size(full, spec, ranks) / ranks * spec.blocks;
+  return Shape(dims);
+}
+
+std::vector<nn::ElementRange> shard_ranges(const Shape& full, const ShardSpec& spec, int rank,
+                                           int ranks) {
+  if (spec.replicated()) return {{0, full.numel()}};
+  const std::int64_t piece = block_size(full, spec, ranks) / ranks;
+  // a row-major tensor is `outer` runs of [size(dim) x inner] elements: in each run the shard
+  // takes, from every block, its piece x inner contiguous elements
+  std::int64_t outer = 1, inner = 1;
+  for (int d = 0; d < spec.dim; ++d) outer *= full[d];
+  for (int d = spec.dim + 1; d < full.rank(); ++d) inner *= full[d];
+  const std::int64_t row = full[spec.dim] * inner;
+  std::vector<nn::ElementRange> out;
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (int b = 0; b < spec.blocks; ++b)
+      out.push_back({o * row + (b * piece * ranks + rank * piece) * inner, piece * inner});
+  return out;
+}
+
 Tensor cut_shard(const Tensor& full, const ShardSpec& spec, int rank, int ranks) {
   NoGradGuard no_grad;
   if (spec.replicated()) return full.detach().clone();
-  TS_CHECK(spec.dim < full.rank(), "tp::cut_shard: expected a tensor with a dimension ", spec.dim,
-           ", found ", full.shape().str());
-  const std::int64_t block = full.size(spec.dim) / spec.blocks;
-  TS_CHECK(block * spec.blocks == full.size(spec.dim) && block % ranks == 0,
-           "tp::cut_shard: expected dimension ", spec.dim, " of ", full.shape().str(), " to split ",
-           "into ", spec.blocks, " block(s) of a multiple of tp = ", ranks, " elements, found ",
-           full.size(spec.dim), "; choose model sizes divisible by tp");
-  const std::int64_t piece = block / ranks;
+  const std::int64_t block = block_size(full.shape(), spec, ranks), piece = block / ranks;
   std::vector<Tensor> parts;
   for (int b = 0; b < spec.blocks; ++b) {
     const std::int64_t start = b * block + rank * piece;

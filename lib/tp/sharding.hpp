@@ -8,6 +8,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/tensor.hpp"
+#include "nn/layers.hpp"
 #include "train/sharded_checkpoint.hpp"
 
 #include <string>
@@ -35,6 +36,13 @@ ShardSpec shard_spec(const std::string& name);
 /// Rank `rank`'s shard of a full tensor (a copy); the full tensor when replicated. Every cut
 /// size must divide by `ranks`.
 Tensor cut_shard(const Tensor& full, const ShardSpec& spec, int rank, int ranks);
+/// The shape of rank `rank`'s shard of a tensor of `full` shape (checked as cut_shard checks).
+Shape shard_shape(const Shape& full, const ShardSpec& spec, int ranks);
+/// Where rank `rank`'s shard lies in the full tensor, flattened row-major: the ranges whose
+/// elements, one after the other, are cut_shard's shard (a row-major tensor of shard_shape). Lets
+/// a rank draw only its shard of a parameter (nn::initial_pieces).
+std::vector<nn::ElementRange> shard_ranges(const Shape& full, const ShardSpec& spec, int rank,
+                                           int ranks);
 /// The full tensor from every rank's shard, in rank order (the inverse of cut_shard).
 Tensor join_shards(const std::vector<Tensor>& shards, const ShardSpec& spec);
 

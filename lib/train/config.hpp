@@ -28,6 +28,10 @@ struct TrainConfig {
   /// What each block keeps for its backward: "none", "selective" (all but the attention core's
   /// scores and softmax) or "full" (only its input); the rest is recomputed in the backward.
   std::string recompute = "none";
+  /// With recompute: how many blocks of each pipeline stage (its first ones; each virtual stage's
+  /// under interleaving) recompute; the others keep everything. -1 = every block (Megatron's
+  /// --recompute-method block with --recompute-num-layers).
+  std::int64_t recompute_blocks = -1;
   /// Most MiB of CPU memory one rank may allocate (0 = no cap): an allocation past it throws,
   /// naming what did not fit, and `tinyscale train` names the layouts the formulas say fit.
   double memory_cap_mib = 0;

@@ -92,6 +92,7 @@ nn::ModelOutput Trainer::forward_micro_batch(std::int64_t row_begin, std::int64_
   data::Batch b = data_.batch(data::Split::Train, step_, t.batch_size, t.seq_len, row_begin, rows);
   nn::ForwardContext ctx{true, t.seed, step_, row_begin, hooks};
   ctx.recompute = nn::parse_recompute(t.recompute);
+  ctx.recompute_blocks = static_cast<int>(t.recompute_blocks);
   return model_->forward(b.inputs.to(device_), b.targets.to(device_), ctx);
 }
 

@@ -138,6 +138,38 @@ TEST_CASE("Memory per rank: pp 4, tp 4, dp2 x tp2 x pp2 with ZeRO-1, ep 4 and Ze
   }
 }
 
+TEST_CASE("Recompute of each stage's first N blocks: a step's peak falls as N grows, within the "
+          "formula x 1.05 plus the stated overhead, on one rank and pp 2",
+          "[memory][host]") {
+  mesh::ParallelPlan one;
+  one.dp = 1;
+  mesh::ParallelPlan pp2;
+  pp2.pp = 2;
+  // (one rank runs as dp 1, whose gradient buckets it keeps at rest)
+  for (const auto& [name, plan, buckets] :
+       {std::tuple{"one rank", one, true}, std::tuple{"pp 2", pp2, false}}) {
+    for (const char* mode : {"selective", "full"}) {
+      INFO(name << ", " << mode);
+      io::RunConfig c = memory_config(false);
+      c.train.recompute = mode;
+      std::vector<std::int64_t> peaks; // the fullest rank's step peak, for N = 0 .. blocks
+      for (int n = 0; n <= c.model.n_layer / plan.pp; ++n) {
+        c.train.recompute_blocks = n;
+        const std::vector<fourd::MemoryRow> rows = measure(plan, c);
+        check_within_formula(rows, c, plan, buckets);
+        std::int64_t most = 0;
+        for (const fourd::MemoryRow& r : rows) most = std::max(most, r.measured.step_peak);
+        peaks.push_back(most);
+      }
+      for (std::size_t n = 1; n < peaks.size(); ++n) {
+        INFO("step peak with " << n - 1 << " blocks recomputed: " << peaks[n - 1] << " B, with "
+                               << n << ": " << peaks[n] << " B");
+        CHECK(peaks[n] < peaks[n - 1]);
+      }
+    }
+  }
+}
+
 TEST_CASE("ZeRO-3 builds only its shards: no rank holds a whole unit while the run is built",
           "[memory][host]") {
   // Each rank draws its shards from the parameters' own streams (nn::initial_elements) into a

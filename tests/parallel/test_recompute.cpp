@@ -4,7 +4,8 @@
 // selective and with full recompute equal the same layout's without it, bit for bit. Layouts:
 // one rank (dense and MoE), dp 2 with ZeRO-3 (its hooks gather a block's parameters again for
 // the second run), tp 2 with sequence parallelism, pp 2 with 1F1B and ZB-H1, the composed dp 2 x
-// tp 2 x pp 2 with ep 2 and ZeRO-1, and cp 2 (the ring runs again in the backward).
+// tp 2 x pp 2 with ep 2 and ZeRO-1, and cp 2 (the ring runs again in the backward). Recompute of
+// only each stage's first blocks (train.recompute_blocks) runs only those again, same bits.
 #include "autograd/recompute.hpp"
 #include "comm/launch.hpp"
 #include "dp_equivalence.hpp"
@@ -129,4 +130,39 @@ TEST_CASE("Recompute gives the same steps bit for bit: dp2 x tp2 x pp2 with ep2 
   mesh::ParallelPlan cp;
   cp.cp = 2;
   CHECK(recompute_difference(cp, dp_run_config(1, 2, 2, true)) == "");
+}
+
+TEST_CASE("Recompute of each stage's first N blocks (train.recompute_blocks) gives the same steps "
+          "bit for bit and runs only those blocks again: one rank and pp 2",
+          "[parallel][recompute]") {
+  mesh::ParallelPlan one;
+  mesh::ParallelPlan pp;
+  pp.pp = 2;
+  for (const auto& [name, plan, given] :
+       {std::tuple{"one rank", one, fourd_run_config(1, 2, false)},
+        std::tuple{"pp 2", pp, fourd_run_config(1, 4, false)}}) {
+    io::RunConfig config = given;
+    const int per_stage = static_cast<int>(config.model.n_layer) / plan.pp; // 4 or 2 blocks
+    config.train.recompute = "none";
+    const std::vector<Trace> plain = run_plan(plan, config);
+    for (const char* mode : {"selective", "full"}) {
+      INFO(name << ", " << mode);
+      config.train.recompute = mode;
+      config.train.recompute_blocks = -1;
+      const std::vector<Trace> every = run_plan(plan, config);
+      config.train.recompute_blocks = 1;
+      const std::vector<Trace> first = run_plan(plan, config);
+      config.train.recompute_blocks = 0;
+      const std::vector<Trace> none = run_plan(plan, config);
+      for (std::size_t r = 0; r < plain.size(); ++r) {
+        INFO("rank " << r << ": " << every[r].reruns << " pieces ran twice with every block, "
+                     << first[r].reruns << " with the first, " << none[r].reruns << " with none");
+        CHECK(first[r] == plain[r]);
+        CHECK(none[r] == plain[r]);
+        CHECK(first[r].reruns > 0);
+        CHECK(every[r].reruns == per_stage * first[r].reruns); // one block of each stage's
+        CHECK(none[r].reruns == 0);
+      }
+    }
+  }
 }

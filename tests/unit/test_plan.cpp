@@ -128,6 +128,33 @@ TEST_CASE("selective recompute sits between none and full in the planner: less m
   CHECK(selective.step_seconds < full.step_seconds);
   CHECK(parse_layout_spec("tp8:pp4:m8:selective").recompute == Recompute::Selective);
   CHECK(parse_layout_spec("tp8:pp4:m8:selective").spec() == "tp8:pp4:m8:1f1b:selective");
+  // recompute of each stage's first N layers (train.recompute_blocks): none at N = 0, all at
+  // N = the stage's layers, in between the memory and time fall and rise one layer at a time
+  for (const Recompute mode : {Recompute::Selective, Recompute::Full}) {
+    INFO(recompute_name(mode));
+    const Prediction all = with(mode);
+    const int per_stage = m.layers / l.pp;
+    std::vector<Prediction> first;
+    for (int n = 0; n <= per_stage; ++n) {
+      l.recompute_blocks = n;
+      first.push_back(with(mode));
+    }
+    l.recompute_blocks = -1;
+    CHECK(first.front().activation_bytes == Approx(none.activation_bytes));
+    CHECK(first.front().step_seconds == Approx(none.step_seconds));
+    CHECK(first.back().activation_bytes == Approx(all.activation_bytes));
+    CHECK(first.back().step_seconds == Approx(all.step_seconds));
+    for (std::size_t n = 1; n < first.size(); ++n) {
+      CHECK(first[n].activation_bytes < first[n - 1].activation_bytes);
+      CHECK(first[n].step_seconds > first[n - 1].step_seconds);
+      if (n + 1 < first.size()) // equal steps of one layer each (the last adds the rebuild)
+        CHECK(first[n - 1].activation_bytes - first[n].activation_bytes ==
+              Approx(first[0].activation_bytes - first[1].activation_bytes));
+    }
+  }
+  l.recompute = Recompute::Full;
+  l.recompute_blocks = 2;
+  CHECK_THAT(l.describe(), Contains("recompute full x 2"));
 }
 
 TEST_CASE("a100's sustained rate is Korthikanti Table 4's layer without its forward all-reduces",

@@ -46,6 +46,32 @@ TEST_CASE("c_attn's shard holds the same heads of q, k and v, and joining the sh
                     Catch::Contains("a multiple of tp = 3") && Catch::Contains("[2, 12]"));
 }
 
+TEST_CASE("A rank draws only its shard of a tensor-parallel parameter, the same elements "
+          "cut_shard cuts from the whole",
+          "[unit][tp]") {
+  for (const auto& [name, shape] :
+       {std::pair<std::string, Shape>{"h.0.attn.c_attn.weight", Shape({4, 24})},
+        {"h.0.attn.c_attn.bias", Shape({24})},
+        {"h.0.mlp.c_fc.weight", Shape({4, 16})},
+        {"h.0.mlp.c_proj.weight", Shape({16, 4})},
+        {"wte.weight", Shape({8, 4})},
+        {"h.0.ln_1.weight", Shape({4})}}) {
+    const nn::ParameterSpec whole{
+        name, shape, DType::Float64, true, {nn::ParameterInit::Kind::Normal, 0.02, 7}};
+    const Tensor full = nn::initial_elements(whole, 0, shape.numel()).view(0, shape);
+    const tp::ShardSpec spec = tp::shard_spec(name);
+    for (int ranks : {1, 2, 4})
+      for (int r = 0; r < ranks; ++r) {
+        INFO(name << " rank " << r << " of " << ranks);
+        const Tensor want = tp::cut_shard(full, spec, r, ranks);
+        const Tensor drawn = nn::initial_pieces(whole, tp::shard_ranges(shape, spec, r, ranks),
+                                                tp::shard_shape(shape, spec, ranks));
+        CHECK(drawn.shape() == want.shape());
+        CHECK(drawn.to_vector() == want.to_vector());
+      }
+  }
+}
+
 TEST_CASE("The allocation counter sees the buffers allocated on its thread inside its scope, "
           "until they are freed",
           "[unit][tp]") {
