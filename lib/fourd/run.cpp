@@ -29,10 +29,6 @@ namespace tinyscale::fourd {
 
 void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                 const std::string& trace_path) {
-  TS_CHECK(!config.optim.offload || plan.zero == 0, "train: optim.offload with --zero ", plan.zero,
-           ": expected ZeRO off (offload moves optim::AdamW's state to the host; ZeRO's sharded ",
-           "state has an update of its own, not offloaded yet); leave out --zero or set ",
-           "optim.offload = false");
   TS_CHECK(plan.tp > 1 || !plan.sequence_parallel, "train: --sp (sequence parallelism) needs ",
            "--tp 2 or more; found --tp ", plan.tp);
   TS_CHECK(plan.pp > 1 || (plan.schedule == "1f1b" && plan.chunks == 1 && plan.pp_blocks.empty()),

@@ -19,7 +19,8 @@ struct OptimConfig {
   double grad_clip = 1.0;    ///< max global L2 norm of the gradient; <= 0 disables clipping
   /// AdamW's moments in host memory and the update on the host, for parameters on a device
   /// (ZeRO-Offload's idea, Ren et al. 2021): each step moves the parameters and gradients to the
-  /// host and the parameters back; the device keeps no optimizer state.
+  /// host and the parameters back; the device keeps no optimizer state. ZeRO's sharded update
+  /// does the same with each rank's shard.
   bool offload = false;
 };
 

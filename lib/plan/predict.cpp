@@ -208,6 +208,7 @@ RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
   // backward rebuilds one of them at a time: its whole set (full) or its attention maps
   // (selective). They are a stage's first layers, so by then the micro-batch's later layers have
   // freed what they kept: the rebuild is on top of the recomputed layers' kept bytes alone.
+  // EXERCISE 7.4 begin: a stage's activation bytes when only its first N layers recompute
   int recomputed = 0;
   for (int position = 0; position < layers / layout.chunks; ++position)
     recomputed += recomputes(layout, position) ? layout.chunks : 0;
@@ -219,6 +220,7 @@ RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
                                                                     : 0;
   const double backward = recomputed > 0 ? std::max(kept, recomputed * mode + rebuild) : kept;
   out.activation_bytes = ((in_flight - 1) * kept + backward) * e / 2;
+  // EXERCISE 7.4 end
   return out;
 }
 

@@ -91,6 +91,8 @@ struct ShardedDataParallel::State : std::enable_shared_from_this<State> {
   std::size_t block_unit(int layer) const { return static_cast<std::size_t>(n_layer - 1 - layer); }
   std::size_t rest_unit() const { return units.size() - 1; }
   std::int64_t own_offset(const Unit& u) const { return rank * u.layout.shard; }
+  /// optim.offload on a device: the moments in host memory, the update there.
+  bool offloaded() const { return optim.offload && !device.is_host(); }
   MemoryCounter& flat_grad_counter() { return options.stage == 1 ? grad_bytes : reduce_bytes; }
 
   void on_ready(std::size_t param);
@@ -112,9 +114,6 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
   State& s = *state_;
   TS_CHECK(options.stage >= 1 && options.stage <= 3, "ZeRO: expected stage 1, 2 or 3, found ",
            options.stage, "; stage 0 is plain data parallelism (--zero 0)");
-  TS_CHECK(!optim.offload, "ZeRO: expected optim.offload = false (ZeRO's sharded AdamW state ",
-           "has an update of its own, not offloaded yet), found true; set optim.offload = false ",
-           "or run without ZeRO");
   TS_CHECK(!params.empty(), "ZeRO: expected parameters, found none");
   TS_CHECK(!options.reduce_after_backward || options.stage == 1, "ZeRO: reduce_after_backward ",
            "is stage 1's (the gradients stay whole until the step); found stage ", options.stage);
@@ -208,8 +207,10 @@ ShardedDataParallel::ShardedDataParallel(nn::ParameterList params, int n_layer,
     } else {
       u.grad_shard = counted_zeros(s.grad_bytes, u.layout.shard, s.dtype, s.device);
     }
-    u.exp_avg = counted_zeros(s.optim_bytes, u.layout.shard, s.dtype, s.device);
-    u.exp_avg_sq = counted_zeros(s.optim_bytes, u.layout.shard, s.dtype, s.device);
+    // beside the shard, or (optim.offload, ZeRO-Offload) in host memory
+    const Device moments = s.offloaded() ? Device::cpu() : s.device;
+    u.exp_avg = counted_zeros(s.optim_bytes, u.layout.shard, s.dtype, moments);
+    u.exp_avg_sq = counted_zeros(s.optim_bytes, u.layout.shard, s.dtype, moments);
     buckets.push_back(
         dp::Bucket{u.params, offset * static_cast<std::int64_t>(dtype_size(s.dtype))});
     s.units.push_back(std::move(u));
@@ -494,7 +495,15 @@ void ShardedDataParallel::step(double lr, double clip_factor) {
                                     u.grad_shard.impl().offset + seg.shard_offset, shape, s.dtype);
       AdamWStep k = optim::adamw_constants(s.optim, lr, s.steps[i], s.params[i].decay);
       k.grad_scale = clip_factor; // clipping, as the update reads the gradient shard
-      backend_of(p).adamw_update(p, m, v, g, k);
+      if (!s.offloaded()) {
+        backend_of(p).adamw_update(p, m, v, g, k);
+        continue;
+      }
+      // ZeRO-Offload: the piece and its gradient to the host, the update there beside the
+      // moments (the CPU's arithmetic), the piece back into its device storage
+      Tensor host = p.to(Device::cpu());
+      backend_of(host).adamw_update(host, m, v, g.to(Device::cpu()), k);
+      p.copy_(host);
     }
   }
   if (s.options.stage < 3) {             // every rank needs every parameter for the next forward

@@ -91,9 +91,10 @@ public:
   /// sums add up to the squares of those parameters' whole gradients.
   double squares(const std::function<bool(std::size_t)>& counted) const;
   /// Collective: updates this rank's shard of every parameter that had a gradient on some rank
-  /// with AdamW at `lr`, each gradient element multiplied by `clip_factor` as the update reads it
-  /// (AdamWStep::grad_scale), all-gathers the parameters (stages 1, 2) and clears the gradients
-  /// for the next step.
+  /// with AdamW at `lr` (with optim.offload on a device: on the host, where the moments are;
+  /// ZeRO-Offload, Ren et al. 2021), each gradient element multiplied by `clip_factor` as the
+  /// update reads it (AdamWStep::grad_scale), all-gathers the parameters (stages 1, 2) and clears
+  /// the gradients for the next step.
   void step(double lr, double clip_factor);
 
   // Stage 3's forward hooks (nothing happens at stages 1, 2): before_forward gathers the

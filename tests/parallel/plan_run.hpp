@@ -46,7 +46,10 @@ inline Trained run_plan(const mesh::ParallelPlan& plan, const io::RunConfig& con
                         std::string* refused = nullptr,
                         std::vector<HostTraffic>* traffic = nullptr) {
   std::vector<Trained> records(static_cast<std::size_t>(plan.threads_world()));
-  if (traffic != nullptr) traffic->assign(records.size(), HostTraffic());
+  if (traffic != nullptr) { // one counter each (a copy of a HostTraffic shares its counts)
+    traffic->clear();
+    for (std::size_t r = 0; r < records.size(); ++r) traffic->emplace_back();
+  }
   const std::int64_t cap = fourd::memory_cap_bytes(config);
   if (refused != nullptr) refused->clear();
   try {

@@ -133,19 +133,28 @@ TEST_CASE("Recompute gives the same steps bit for bit: dp2 x tp2 x pp2 with ep2 
 }
 
 TEST_CASE("Recompute of each stage's first N blocks (train.recompute_blocks) gives the same steps "
-          "bit for bit and runs only those blocks again: one rank and pp 2",
+          "bit for bit and runs only those blocks again: one rank, pp 2, tp 2 with sp, and "
+          "dp2 x tp2 x pp2 with ep2 and ZeRO-1",
           "[parallel][recompute]") {
   mesh::ParallelPlan one;
   mesh::ParallelPlan pp;
   pp.pp = 2;
-  for (const auto& [name, plan, given] :
-       {std::tuple{"one rank", one, fourd_run_config(1, 2, false)},
-        std::tuple{"pp 2", pp, fourd_run_config(1, 4, false)}}) {
+  mesh::ParallelPlan tp;
+  tp.tp = 2;
+  tp.sequence_parallel = true;
+  mesh::ParallelPlan composed;
+  composed.dp = 2, composed.tp = 2, composed.pp = 2, composed.ep = 2, composed.zero = 1;
+  const std::vector<const char*> both = {"selective", "full"}, full = {"full"};
+  for (const auto& [name, plan, given, modes] :
+       {std::tuple{"one rank", one, fourd_run_config(1, 2, false), both},
+        std::tuple{"pp 2", pp, fourd_run_config(1, 4, false), both},
+        std::tuple{"tp 2 with sp", tp, fourd_run_config(1, 2, true), full},
+        std::tuple{"dp2 x tp2 x pp2, ep2, ZeRO-1", composed, fourd_run_config(2, 2, true), full}}) {
     io::RunConfig config = given;
     const int per_stage = static_cast<int>(config.model.n_layer) / plan.pp; // 4 or 2 blocks
     config.train.recompute = "none";
     const std::vector<Trace> plain = run_plan(plan, config);
-    for (const char* mode : {"selective", "full"}) {
+    for (const char* mode : modes) {
       INFO(name << ", " << mode);
       config.train.recompute = mode;
       config.train.recompute_blocks = -1;

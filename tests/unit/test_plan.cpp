@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 using namespace tinyscale::plan;
@@ -155,6 +156,39 @@ TEST_CASE("selective recompute sits between none and full in the planner: less m
   l.recompute = Recompute::Full;
   l.recompute_blocks = 2;
   CHECK_THAT(l.describe(), Contains("recompute full x 2"));
+}
+
+TEST_CASE("A stage that recomputes only its first N layers keeps those N small and the rest "
+          "whole, and its backward rebuilds one layer on top of the recomputed ones alone",
+          "[unit][plan][ex7.4]") {
+  const ModelShape m = model_preset("megatron-18.4b"); // 40 layers: 10 per stage of pp 4
+  PlanLayout l;
+  l.tp = 8;
+  l.pp = 4;
+  l.micro_batch = 1;
+  l.micro_batches = 8; // 1F1B: stage 0 holds 4 micro-batches at its peak, stage 3 holds 1
+  Device bf16;
+  bf16.precision = "bf16"; // Korthikanti's 16-bit bytes as they are
+  const double none = activation_bytes_per_layer(m, 1, 8, Recompute::None);
+  for (const Recompute mode : {Recompute::Selective, Recompute::Full}) {
+    const double kept_by_mode = activation_bytes_per_layer(m, 1, 8, mode);
+    // rebuilt in the backward: a full layer's whole set, or selective's attention maps
+    const double rebuild = mode == Recompute::Full ? none : none - kept_by_mode;
+    l.recompute = mode;
+    for (const int n : {0, 1, 5, 10}) {
+      INFO(recompute_name(mode) << ", the first " << n << " of 10 layers");
+      l.recompute_blocks = n;
+      const std::vector<RankMemory> ranks = pipeline_rank_memory(m, l, bf16);
+      const double kept = n * kept_by_mode + (10 - n) * none; // one micro-batch's
+      const double backward = n == 0 ? kept : std::max(kept, n * kept_by_mode + rebuild);
+      CHECK(ranks[0].activation_bytes == Approx(3 * kept + backward)); // 4 in flight
+      CHECK(ranks[3].activation_bytes == Approx(backward));            // 1 in flight
+    }
+    l.recompute_blocks = -1; // every layer: as the first 10 of 10
+    const double all = pipeline_rank_memory(m, l, bf16)[0].activation_bytes;
+    l.recompute_blocks = 10;
+    CHECK(all == Approx(pipeline_rank_memory(m, l, bf16)[0].activation_bytes));
+  }
 }
 
 TEST_CASE("a100's sustained rate is Korthikanti Table 4's layer without its forward all-reduces",
