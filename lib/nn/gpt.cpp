@@ -42,8 +42,11 @@ GPT::GPT(const ModelConfig& config, std::uint64_t seed, const MoeLayerFactory& m
 
 std::vector<ParameterSpec> gpt_parameter_specs(const ModelConfig& config) {
   std::vector<ParameterSpec> out;
-  RecordShapesOnly record(out); // names and shapes only: nothing allocated, nothing drawn
-  (void)GPT(config, 0);
+  {
+    RecordShapesOnly record(out); // names and shapes only: nothing allocated, nothing drawn
+    (void)GPT(config, 0);
+  }
+  for (ParameterSpec& s : out) s.init = {}; // recorded with seed 0: not this run's values
   return out;
 }
 

@@ -47,7 +47,7 @@ private:
 
 /// The whole model's parameters without their values, in nn::GPT's order (its constructor run
 /// under RecordShapesOnly: nothing is allocated or drawn): what a pipeline rank, which builds
-/// only its stages, knows of the others.
+/// only its stages, knows of the others. Their ParameterInit is Unknown (no seed is given).
 std::vector<ParameterSpec> gpt_parameter_specs(const ModelConfig& config);
 
 } // namespace tinyscale::nn

@@ -3,6 +3,8 @@
 
 #include "core/error.hpp"
 
+#include <algorithm>
+
 namespace tinyscale::plan {
 
 double activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp,
@@ -45,6 +47,7 @@ RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, in
   for (int chunk = 0; chunk < v; ++chunk) {
     const int first = (chunk * p + rank) * per_stage;
     for (int layer = first; layer < first + per_stage; ++layer) {
+      const double before = out.dense + out.expert;
       out.dense += attention_parameters(m) / layout.tp;
       if (m.experts > 0 && (layer + 1) % m.moe_every == 0) {
         out.dense += h * m.experts; // the router is replicated
@@ -52,6 +55,7 @@ RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, in
       } else {
         out.dense += mlp_parameters(m) / layout.tp;
       }
+      out.largest_block = std::max(out.largest_block, out.dense + out.expert - before);
     }
   }
   const double embedding = static_cast<double>(m.vocab) * h / layout.tp; // vocab-parallel

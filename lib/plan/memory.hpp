@@ -37,7 +37,9 @@ struct RankMemory {
   /// the gathered units (the embeddings and head, the block computing and the next, prefetched);
   /// at stages 2 and 3 the flat gradients waiting for their reduce-scatter (at most two units in
   /// flight, the block still collecting, and the embeddings and head, whose final LayerNorm's
-  /// gradient is ready first). 0 at stages 0 and 1.
+  /// gradient is ready first). Blocks at the largest one's size (a MoE layer's, if any), in the
+  /// device's weight and gradient bytes (2 + 2 under mixed precision, as a 16-bit gather would
+  /// move them; the CPU trainer's fp32, 4 + 4). 0 at stages 0 and 1.
   double buffer_bytes = 0;
   double total() const { return state_bytes + activation_bytes + buffer_bytes; }
 };
@@ -48,7 +50,8 @@ struct RankMemory {
 /// Returns {dense, expert} parameters.
 struct RankParameters {
   double dense = 0, expert = 0;
-  double embeddings = 0; ///< of `dense`: the embeddings and the tied head, outside the blocks
+  double embeddings = 0;    ///< of `dense`: the embeddings and the tied head, outside the blocks
+  double largest_block = 0; ///< the most any one of the rank's layers holds (a MoE one, if any)
 };
 RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, int rank);
 

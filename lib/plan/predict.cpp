@@ -199,8 +199,8 @@ RankMemory rank_memory(const ModelShape& model, const PlanLayout& layout,
                : activation_bytes_per_layer(model, layout.micro_batch, layout.tp, recompute);
   };
   if (layout.zero >= 2 && layers > 0) {
-    const double rest = params.embeddings, block = (out.parameters - rest) / layers;
-    const double gathered = layout.zero == 3 ? rest + 2 * block : 0; // computing, prefetched
+    const double rest = params.embeddings, block = params.largest_block; // a MoE one, if any
+    const double gathered = layout.zero == 3 ? rest + 2 * block : 0;     // computing, prefetched
     const double reducing = rest + 3 * block; // two in flight, one collecting, the rest
     out.buffer_bytes = gathered * constants.parameters + reducing * constants.gradients;
   }

@@ -28,11 +28,11 @@ namespace {
 // The elements of one block along spec.dim of a `full` tensor, checked to split into `ranks`
 // pieces.
 std::int64_t block_size(const Shape& full, const ShardSpec& spec, int ranks) {
-  TS_CHECK(spec.dim < full.rank(), "tp::cut_shard: expected a tensor with a dimension ", spec.dim,
-           ", found ", full.str());
+  TS_CHECK(spec.dim < full.rank(), "tp: cutting a shard, expected a tensor with a dimension ",
+           spec.dim, ", found ", full.str());
   const std::int64_t block = full[spec.dim] / spec.blocks;
   TS_CHECK(block * spec.blocks == full[spec.dim] && block % ranks == 0,
-           "tp::cut_shard: expected dimension ", spec.dim, " of ", full.str(), " to split ",
+           "tp: cutting a shard, expected dimension ", spec.dim, " of ", full.str(), " to split ",
            "into ", spec.blocks, " block(s) of a multiple of tp = ", ranks, " elements, found ",
            full[spec.dim], "; choose model sizes divisible by tp");
   return block;

@@ -38,7 +38,9 @@ void check_unallocated(const nn::ParameterList& params,
     const Tensor& p = params[i].tensor;
     TS_CHECK(spec.name == params[i].name && spec.shape == p.shape() && spec.dtype == p.dtype(),
              "ZeRO: expected spec ", i, " to describe parameter '", params[i].name, "' ",
-             p.shape().str(), ", found '", spec.name, "' ", spec.shape.str());
+             dtype_name(p.dtype()), " ", p.shape().str(), ", found '", spec.name, "' ",
+             dtype_name(spec.dtype), " ", spec.shape.str(),
+             "; pass the specs RecordShapesOnly recorded as this model was built");
     TS_CHECK(p.impl().storage->data == nullptr, "ZeRO: expected '", params[i].name,
              "' without bytes (built under nn::RecordShapesOnly), found it allocated; pass no ",
              "specs for a model built whole");
@@ -538,6 +540,17 @@ void ShardedDataParallel::gather_all() {
   for (Unit& u : s.units) s.gather(u, "parameter gather", true);
 }
 
+void ShardedDataParallel::visit_units(
+    const std::function<void(const std::vector<std::size_t>&)>& visit) {
+  State& s = *state_;
+  for (Unit& u : s.units) {
+    const bool was_gathered = u.gathered;
+    if (s.options.stage == 3) s.gather(u, "parameter gather", true);
+    visit(u.params);
+    if (s.options.stage == 3 && !was_gathered) s.release(u);
+  }
+}
+
 void ShardedDataParallel::release_all(bool keep_values) {
   State& s = *state_;
   if (s.options.stage != 3) return;
@@ -550,13 +563,14 @@ void ShardedDataParallel::release_all(bool keep_values) {
   }
 }
 
-optim::StateTensors ShardedDataParallel::optimizer_state() {
+optim::StateTensors ShardedDataParallel::optimizer_state(int root) {
   State& s = *state_;
   const std::size_t np = s.params.size();
   std::vector<Tensor> m(np), v(np);
   for (Unit& u : s.units) {
     const Tensor m_flat = comm::all_gather(*s.group, u.exp_avg);
     const Tensor v_flat = comm::all_gather(*s.group, u.exp_avg_sq);
+    if (root >= 0 && s.rank != root) continue; // the unit's flats go now
     for (std::size_t j = 0; j < u.params.size(); ++j) {
       const Shape& shape = s.params[u.params[j]].tensor.shape();
       m[u.params[j]] = storage_view(m_flat.impl().storage, u.offsets[j], shape, s.dtype).clone();
@@ -564,6 +578,7 @@ optim::StateTensors ShardedDataParallel::optimizer_state() {
     }
   }
   optim::StateTensors state;
+  if (root >= 0 && s.rank != root) return state;
   for (std::size_t i = 0; i < np; ++i) state.emplace_back("exp_avg." + s.params[i].name, m[i]);
   for (std::size_t i = 0; i < np; ++i) state.emplace_back("exp_avg_sq." + s.params[i].name, v[i]);
   state.emplace_back("step", Tensor::from_ids(s.steps, Shape{static_cast<std::int64_t>(np)}));

@@ -57,8 +57,9 @@ struct ZeroMemory {
 /// views into per-unit flat buffers; the gradients are taken from them as they become ready.
 class ShardedDataParallel : public nn::ForwardHooks {
 public:
-  /// Collective over `group`: broadcasts the parameters from rank 0, splits the group into a
-  /// gather and a reduce communicator, lays the units out and allocates this rank's state.
+  /// Collective over `group`: splits the group into a gather and a reduce communicator, lays the
+  /// units out, allocates this rank's state and (without `unallocated`) broadcasts the
+  /// parameters from rank 0 into the flat buffers.
   /// `params` must be a GPT's with `n_layer` blocks (any list, with n_layer 0, under
   /// ZeroOptions::reduce_after_backward), on one device, in one floating dtype.
   /// With `unallocated` (stage 3 only): the parameters are placeholders without bytes, built
@@ -99,22 +100,27 @@ public:
 
   // Stage 3's forward hooks (nothing happens at stages 1, 2): before_forward gathers the
   // embeddings and head, each block is gathered before it runs and freed after, the head after
-  // the logits. A forward without backward (evaluation) runs with them too: one unit at a time.
+  // the logits. A forward without backward (evaluation) runs with them too, block by block.
   void before_forward() override;
   void before_block(int layer) override;
   Tensor after_block(int layer, const Tensor& y) override;
   Tensor after_head(const Tensor& logits) override;
 
-  /// Collective: stage 3 gathers every unit, so the whole model can be read or run without hooks
-  /// (evaluation, checkpoints, tests); stages 1 and 2 hold it anyway.
+  /// Collective: stage 3 gathers every unit, so the whole model can be read without hooks
+  /// (checkpoints, resume, tests); stages 1 and 2 hold it anyway.
   void gather_all();
   /// Stage 3: frees every gathered unit. When `keep_values`, first copies this rank's part of
   /// each gathered unit into its parameter shard (after parameters were loaded into the model).
   void release_all(bool keep_values = false);
 
   /// Collective: the whole AdamW state in optim::AdamW::state_tensors()'s layout (the
-  /// single-rank checkpoint's), gathered from the shards.
-  optim::StateTensors optimizer_state();
+  /// single-rank checkpoint's), gathered from the shards one unit at a time. With `root` >= 0
+  /// only that rank keeps it (the others hold one unit's moments at a time and get nothing).
+  optim::StateTensors optimizer_state(int root = -1);
+  /// Collective: calls `visit` once per unit with the indices of its parameters, in unit order,
+  /// while they can be read (stage 3 gathers the unit first and frees it after: one unit at a
+  /// time, never the whole model).
+  void visit_units(const std::function<void(const std::vector<std::size_t>&)>& visit);
   /// Throws, naming every problem, unless `state` is a single-rank AdamW state of these
   /// parameters: every name once, shapes and dtypes, step counts >= 0. Changes nothing.
   void check_optimizer_state(const optim::StateTensors& state) const;

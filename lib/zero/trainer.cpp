@@ -72,12 +72,25 @@ double ZeroTrainer::evaluate() {
   return loss;
 }
 
+// Rank 0 writes: it alone collects the whole state, one unit at a time; the others hold at most
+// one unit's parameters or moments beyond their shards (stage 3's memory, while saving too).
 std::string ZeroTrainer::save_checkpoint() {
-  optim::StateTensors state = zero_->optimizer_state();
-  zero_->gather_all();
+  const bool writer = group_->rank() == 0;
+  optim::StateTensors state = zero_->optimizer_state(/*root=*/0);
+  const nn::ParameterList& params = trainer_.model().parameters();
+  std::vector<Tensor> values(params.size());
+  zero_->visit_units([&](const std::vector<std::size_t>& unit) {
+    if (writer)
+      for (std::size_t i : unit) values[i] = params[i].tensor.detach().clone();
+  });
   std::string dir;
-  if (group_->rank() == 0) dir = trainer_.save_checkpoint(std::move(state));
-  zero_->release_all();
+  if (writer) {
+    io::Checkpoint c;
+    trainer_.stamp(c);
+    for (std::size_t i = 0; i < params.size(); ++i) c.model.emplace_back(params[i].name, values[i]);
+    c.optimizer = std::move(state);
+    dir = trainer_.write_checkpoint(c);
+  }
   group_->barrier(); // the checkpoint is complete on disk when any rank returns
   return group_->rank() == 0
              ? dir

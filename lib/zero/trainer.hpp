@@ -32,8 +32,8 @@ public:
   /// Collective: one optimizer step on the global batch; every rank returns the same losses,
   /// norm and MoE counts (reduced over the group).
   train::StepResult train_step();
-  /// Collective: the mean validation cross-entropy (stage 3 gathers one unit at a time for it,
-  /// as in training).
+  /// Collective: the mean validation cross-entropy (stage 3 gathers block by block for it, as in
+  /// training, every unit again for each batch).
   double evaluate();
   /// Collective: writes a single-rank-layout checkpoint from rank 0; returns its directory on
   /// every rank.

@@ -12,6 +12,7 @@
 #include "optim/adamw.hpp"
 #include "train/trainer.hpp"
 #include "zero/sharded_dp.hpp"
+#include "zero/trainer.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -103,6 +104,22 @@ TEST_CASE("ZeRO-Offload on the emulated device: each rank's shard of the moments
     SECTION("stage " + std::to_string(stage)) {
       mesh::ParallelPlan zero;
       zero.dp = 2, zero.zero = stage;
+      // where each rank's moments live: the device without offload, the host with it
+      std::vector<std::string> places(2);
+      comm::run_threads(2, [&](comm::Communicator& world) {
+        for (bool offload : {false, true}) {
+          zero::ZeroTrainer t(offload_config(offload), world, {stage, true});
+          std::string& place = places[static_cast<std::size_t>(world.rank())];
+          for (const auto& [name, tensor] : t.sharded().optimizer_state())
+            if (name != "step") place += tensor.device().str() + " ";
+          place += "| ";
+        }
+      });
+      for (const std::string& place : places) {
+        INFO("the moments' devices, without offload | with: " << place);
+        CHECK(place.find("cpu") > place.find('|')); // none on the host without offload
+        CHECK(place.find("emu", place.find('|')) == std::string::npos); // all on it with
+      }
       std::vector<HostTraffic> plain_traffic, offload_traffic;
       const Trained want = run_plan(zero, offload_config(false), nullptr, &plain_traffic);
       const Trained got = run_plan(zero, offload_config(true), nullptr, &offload_traffic);

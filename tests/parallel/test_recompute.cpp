@@ -133,8 +133,8 @@ TEST_CASE("Recompute gives the same steps bit for bit: dp2 x tp2 x pp2 with ep2 
 }
 
 TEST_CASE("Recompute of each stage's first N blocks (train.recompute_blocks) gives the same steps "
-          "bit for bit and runs only those blocks again: one rank, pp 2, tp 2 with sp, and "
-          "dp2 x tp2 x pp2 with ep2 and ZeRO-1",
+          "bit for bit and runs only those blocks again: one rank, pp 2, pp 2 interleaved, tp 2 "
+          "with sp, and dp2 x tp2 x pp2 with ep2 and ZeRO-1",
           "[parallel][recompute]") {
   mesh::ParallelPlan one;
   mesh::ParallelPlan pp;
@@ -144,14 +144,20 @@ TEST_CASE("Recompute of each stage's first N blocks (train.recompute_blocks) giv
   tp.sequence_parallel = true;
   mesh::ParallelPlan composed;
   composed.dp = 2, composed.tp = 2, composed.pp = 2, composed.ep = 2, composed.zero = 1;
+  mesh::ParallelPlan interleaved; // two virtual stages of 2 blocks on each of 2 ranks
+  interleaved.pp = 2, interleaved.chunks = 2, interleaved.schedule = "interleaved";
+  io::RunConfig eight = fourd_run_config(1, 4, false);
+  eight.model.n_layer = 8;
   const std::vector<const char*> both = {"selective", "full"}, full = {"full"};
   for (const auto& [name, plan, given, modes] :
        {std::tuple{"one rank", one, fourd_run_config(1, 2, false), both},
         std::tuple{"pp 2", pp, fourd_run_config(1, 4, false), both},
+        std::tuple{"pp 2 interleaved, v 2", interleaved, eight, full},
         std::tuple{"tp 2 with sp", tp, fourd_run_config(1, 2, true), full},
         std::tuple{"dp2 x tp2 x pp2, ep2, ZeRO-1", composed, fourd_run_config(2, 2, true), full}}) {
     io::RunConfig config = given;
-    const int per_stage = static_cast<int>(config.model.n_layer) / plan.pp; // 4 or 2 blocks
+    // blocks of each (virtual) stage: 4 or 2
+    const int per_stage = static_cast<int>(config.model.n_layer) / (plan.pp * plan.chunks);
     config.train.recompute = "none";
     const std::vector<Trace> plain = run_plan(plan, config);
     for (const char* mode : modes) {
@@ -169,7 +175,7 @@ TEST_CASE("Recompute of each stage's first N blocks (train.recompute_blocks) giv
         CHECK(first[r] == plain[r]);
         CHECK(none[r] == plain[r]);
         CHECK(first[r].reruns > 0);
-        CHECK(every[r].reruns == per_stage * first[r].reruns); // one block of each stage's
+        CHECK(every[r].reruns == per_stage * first[r].reruns); // one block of each (virtual) stage
         CHECK(none[r].reruns == 0);
       }
     }

@@ -166,6 +166,7 @@ struct Measured {
   double wire_elements = 0; // elements sent per step under the ring model, every region
   std::int64_t activations = 0;
   std::int64_t rest_bytes = 0, block_bytes = 0; // the embeddings-and-head unit, one block (padded)
+  std::int64_t evaluation_gathered_peak = 0;    // stage 3: gathered at once while evaluating
 };
 
 // One step of a ZeRO run on `n` thread ranks; rank 0's counts. `moe`: every block a MoE layer of
@@ -187,9 +188,13 @@ Measured measure(int n, int stage, int k, int layers, bool moe = false) {
       if (p.name.rfind("h.", 0) != 0) rest += p.tensor.numel();
     }
     const auto padded = [&](std::int64_t e) { return zero::shard_layout(e, n).padded * 4; };
-    return Measured{t.sharded().memory(), static_cast<double>(t.sharded().parameter_count()),
-                    wire / 4.0,           t.activation_peak(),
-                    padded(rest),         padded(block)};
+    Measured m{t.sharded().memory(), static_cast<double>(t.sharded().parameter_count()),
+               wire / 4.0,           t.activation_peak(),
+               padded(rest),         padded(block)};
+    t.sharded().reset_peaks();
+    (void)t.evaluate();
+    m.evaluation_gathered_peak = t.sharded().memory().gathered_peak;
+    return m;
   });
   return out[0];
 }
@@ -214,7 +219,8 @@ TEST_CASE("ZeRO memory held per rank, counted by the allocator, is within 5% of 
 }
 
 TEST_CASE("ZeRO-3 holds at most the embeddings and two blocks gathered at once (prefetch "
-          "included), and none between steps, also when experts get no tokens",
+          "included), in training and in evaluation, and none between steps, also when experts "
+          "get no tokens",
           "[parallel][zero]") {
   for (bool moe : {false, true}) DYNAMIC_SECTION((moe ? "MoE, 16 experts top-1" : "dense")) {
       const Measured m = measure(2, 3, 1, 6, moe);
@@ -224,6 +230,9 @@ TEST_CASE("ZeRO-3 holds at most the embeddings and two blocks gathered at once (
       CHECK(m.memory.gathered_peak > m.rest_bytes + m.block_bytes); // the prefetch is there
       CHECK(m.memory.gathered_peak <= bound);
       CHECK(m.memory.gathered == 0);
+      INFO("evaluation's gathered peak " << m.evaluation_gathered_peak << " B");
+      CHECK(m.evaluation_gathered_peak > m.rest_bytes); // it gathered, block by block
+      CHECK(m.evaluation_gathered_peak <= bound);       // never the whole model
     }
 }
 

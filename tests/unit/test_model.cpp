@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -287,24 +288,44 @@ TEST_CASE("A GPT of some pieces (a pipeline rank's stages) holds exactly those p
       specs = nn::gpt_parameter_specs(config);
     }
     CHECK(recorded.peak_bytes() == 0);
-    const nn::GPT built(config, 0);
-    const std::vector<nn::ParameterSpec> want = nn::specs_of(built.parameters());
+    const std::vector<nn::ParameterSpec> want = nn::specs_of(nn::GPT(config, 7).parameters());
     REQUIRE(specs.size() == want.size());
     for (std::size_t i = 0; i < specs.size(); ++i) {
       CHECK(specs[i].name == want[i].name);
       CHECK(specs[i].shape == want[i].shape);
       CHECK(specs[i].dtype == want[i].dtype);
       CHECK(specs[i].decay == want[i].decay);
-      // any piece of its initial value, drawn alone, is that piece of the whole (ZeRO-3's shards)
-      const std::vector<double> all = built.parameters()[i].tensor.to_vector();
-      const auto n = static_cast<std::int64_t>(all.size());
-      for (const auto& [from, count] :
-           {std::pair<std::int64_t, std::int64_t>{0, n}, {n / 3, n - n / 3}, {n - 1, 1}}) {
-        const std::vector<double> drawn = nn::initial_elements(specs[i], from, count).to_vector();
-        CHECK(drawn == std::vector<double>(all.begin() + from, all.begin() + from + count));
-      }
+      CHECK(specs[i].init.kind == nn::ParameterInit::Kind::Unknown); // no seed was given
     }
   }
+  // Any piece of a parameter's initial value, drawn alone (ZeRO-3's shards, tp's slices), has
+  // the bytes of that piece of Tensor::randn / Tensor::full's whole tensor, in either float type
+  // and on either device; the specs recorded as GPT is built say how each is drawn.
+  std::vector<nn::ParameterSpec> drawn_specs;
+  {
+    nn::RecordShapesOnly record(drawn_specs);
+    (void)nn::GPT(c, 7);
+  }
+  for (const DType dtype : {DType::Float32, DType::Float64})
+    for (const Device device : {Device::cpu(), Device::emu()})
+      for (nn::ParameterSpec spec : drawn_specs) {
+        spec.dtype = dtype;
+        INFO(spec.name << " " << dtype_name(dtype) << " on " << device.str());
+        REQUIRE(spec.init.kind != nn::ParameterInit::Kind::Unknown);
+        const Tensor full =
+            spec.init.kind == nn::ParameterInit::Kind::Normal
+                ? Tensor::randn(spec.shape, 7, stream_id(spec.name), dtype, 0.0, spec.init.value)
+                : Tensor::full(spec.shape, spec.init.value, dtype);
+        const std::int64_t n = spec.shape.numel();
+        const auto size = static_cast<std::int64_t>(dtype_size(dtype));
+        for (const auto& [from, count] :
+             {std::pair<std::int64_t, std::int64_t>{0, n}, {n / 3, n - n / 3}, {n - 1, 1}}) {
+          const Tensor drawn = nn::initial_elements(spec, from, count, device).to(Device::cpu());
+          CHECK(std::memcmp(drawn.raw_data(),
+                            static_cast<const char*>(full.raw_data()) + from * size,
+                            static_cast<std::size_t>(count * size)) == 0);
+        }
+      }
   // a model built while recording: every parameter has its shape and no bytes, and says so
   std::vector<nn::ParameterSpec> specs;
   std::optional<nn::GPT> placeholders;

@@ -188,6 +188,17 @@ TEST_CASE("A stage that recomputes only its first N layers keeps those N small a
     const double all = pipeline_rank_memory(m, l, bf16)[0].activation_bytes;
     l.recompute_blocks = 10;
     CHECK(all == Approx(pipeline_rank_memory(m, l, bf16)[0].activation_bytes));
+    // interleaved, two chunks of 5 layers per rank: the first 2 of each chunk, 4 of the 10
+    PlanLayout v2 = l;
+    v2.schedule = tinyscale::pp::ScheduleKind::Interleaved;
+    v2.chunks = 2;
+    v2.recompute_blocks = 0;
+    const RankMemory plain = pipeline_rank_memory(m, v2, bf16)[0];
+    const double in_flight = plain.activation_bytes / (10 * none); // the schedule's, replayed
+    v2.recompute_blocks = 2;
+    const double kept = 4 * kept_by_mode + 6 * none;
+    CHECK(pipeline_rank_memory(m, v2, bf16)[0].activation_bytes ==
+          Approx((in_flight - 1) * kept + std::max(kept, 4 * kept_by_mode + rebuild)));
   }
 }
 
