@@ -78,10 +78,10 @@ std::string EpTrainer::save_checkpoint() const {
     whole.push_back({name, p.tensor.shape(), p.tensor.dtype(), p.decay, {}});
   }
   ExpertShardMap shards(*ep_, placement_);
-  io::Checkpoint c =
-      train::join_checkpoint(shards, whole, train::held_in(mine, &trainer_->optimizer()));
-  trainer_->stamp(c);
   const bool writer = dp_->rank() == 0;
+  io::Checkpoint c =
+      train::join_checkpoint(shards, whole, train::held_in(mine, &trainer_->optimizer()), writer);
+  trainer_->stamp(c);
   std::string dir;
   if (writer) dir = trainer_->write_checkpoint(c);
   dp_->barrier(); // nobody reads the checkpoint before it is complete

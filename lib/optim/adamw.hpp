@@ -50,6 +50,9 @@ public:
   const nn::ParameterList& parameters() const { return params_; }
   /// How many updates parameter `index` has received.
   std::int64_t step_count(std::size_t index) const { return steps_.at(index); }
+  /// Parameter `index`'s first and second moments (the tensors themselves, not copies).
+  const Tensor& exp_avg(std::size_t index) const { return exp_avg_.at(index); }
+  const Tensor& exp_avg_sq(std::size_t index) const { return exp_avg_sq_.at(index); }
 
   /// A copy of the state: "exp_avg.<name>", "exp_avg_sq.<name>" per parameter, then "step"
   /// (int64 [n_params], the per-parameter step counts in parameter order).

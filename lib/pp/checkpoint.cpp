@@ -82,10 +82,10 @@ std::string PipelineTrainer::save_checkpoint() {
     }
     return h;
   };
-  io::Checkpoint c = train::join_checkpoint(shards, whole_model(), held);
-  trainer_.stamp(c);
   const bool writer = group_->rank() == 0 && model_->leads() &&
                       (data_parallel_ == nullptr || data_parallel_->rank() == 0);
+  io::Checkpoint c = train::join_checkpoint(shards, whole_model(), held, writer);
+  trainer_.stamp(c);
   if (writer) (void)trainer_.write_checkpoint(c);
   // Nobody reads it before it is complete: the writer is rank 0 of each group, and the barriers
   // run innermost first, so every rank leaves the last one after the writer entered the first.

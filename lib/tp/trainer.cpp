@@ -82,10 +82,11 @@ std::int64_t TpTrainer::parameter_count() const {
 // The join: every shard (and its AdamW moments) gathered whole, by the parameter's shard spec.
 std::string TpTrainer::save_checkpoint() const {
   TpShardMap shards(*tp_);
-  io::Checkpoint c = train::join_checkpoint(shards, nn::specs_of(model_->parameters()),
-                                            train::held_in(model_->parameters(), &optimizer()));
-  trainer_.stamp(c);
   const bool writer = tp_->rank() == 0 && (dp_ == nullptr || dp_->rank() == 0);
+  io::Checkpoint c =
+      train::join_checkpoint(shards, nn::specs_of(model_->parameters()),
+                             train::held_in(model_->parameters(), &optimizer()), writer);
+  trainer_.stamp(c);
   std::string dir;
   if (writer) dir = trainer_.write_checkpoint(c);
   // Nobody reads the checkpoint before it is complete.

@@ -19,7 +19,8 @@ Tensor host_copy(const Tensor& t) {
 } // namespace
 
 io::Checkpoint join_checkpoint(ShardMap& map, const std::vector<nn::ParameterSpec>& whole,
-                               const std::function<HeldParameter(const std::string&)>& held) {
+                               const std::function<HeldParameter(const std::string&)>& held,
+                               bool keep) {
   NoGradGuard no_grad;
   io::Checkpoint c;
   io::NamedTensors exp_avg, exp_avg_sq;
@@ -40,11 +41,13 @@ io::Checkpoint join_checkpoint(ShardMap& map, const std::vector<nn::ParameterSpe
       v = Tensor::empty(w.shape, w.dtype);
     }
     for (Tensor* t : {&p, &m, &v, &count}) map.share(name, *t);
+    if (!keep) continue; // this parameter's whole tensors go now
     c.model.emplace_back(name, p);
     exp_avg.emplace_back("exp_avg." + name, m);
     exp_avg_sq.emplace_back("exp_avg_sq." + name, v);
     steps.push_back(static_cast<std::int64_t>(count.item()));
   }
+  if (!keep) return c;
   c.optimizer = std::move(exp_avg);
   c.optimizer.insert(c.optimizer.end(), exp_avg_sq.begin(), exp_avg_sq.end());
   c.optimizer.emplace_back(
@@ -54,20 +57,18 @@ io::Checkpoint join_checkpoint(ShardMap& map, const std::vector<nn::ParameterSpe
 
 std::function<HeldParameter(const std::string&)> held_in(const nn::ParameterList& params,
                                                          const optim::AdamW* adamw) {
-  auto state = std::make_shared<std::map<std::string, Tensor>>();
-  auto steps = std::make_shared<std::map<std::string, std::int64_t>>();
-  if (adamw != nullptr) {
-    for (auto& [name, t] : adamw->state_tensors()) (*state)[name] = t;
+  // the moments themselves, not copies: join_checkpoint copies what it keeps, one at a time
+  auto index = std::make_shared<std::map<std::string, std::size_t>>();
+  if (adamw != nullptr)
     for (std::size_t i = 0; i < adamw->parameters().size(); ++i)
-      (*steps)[adamw->parameters()[i].name] = adamw->step_count(i);
-  }
-  return [params, state, steps](const std::string& name) { // params: handles, copied
+      (*index)[adamw->parameters()[i].name] = i;
+  return [params, adamw, index](const std::string& name) { // params: handles, copied
     HeldParameter h;
     h.value = nn::find_parameter(params, name).tensor;
-    if (const auto at = steps->find(name); at != steps->end()) {
-      h.exp_avg = state->at("exp_avg." + name);
-      h.exp_avg_sq = state->at("exp_avg_sq." + name);
-      h.steps = at->second;
+    if (const auto at = index->find(name); at != index->end()) {
+      h.exp_avg = adamw->exp_avg(at->second);
+      h.exp_avg_sq = adamw->exp_avg_sq(at->second);
+      h.steps = adamw->step_count(at->second);
     } else {
       h.exp_avg = Tensor::zeros(h.value.shape(), h.value.dtype(), h.value.device());
       h.exp_avg_sq = Tensor::zeros(h.value.shape(), h.value.dtype(), h.value.device());

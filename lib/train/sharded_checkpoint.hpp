@@ -52,18 +52,21 @@ struct HeldParameter {
 };
 
 /// Collective (see ShardMap): the single-rank checkpoint's parameters and AdamW state (in
-/// optim::AdamW::state_tensors()'s layout), whole on every rank, in host memory (what a writer
-/// needs; the collectives stage device buffers themselves). `whole` lists the single-rank
+/// optim::AdamW::state_tensors()'s layout), whole on every rank that keeps it, in host memory (what
+/// a writer needs; the collectives stage device buffers themselves). `whole` lists the single-rank
 /// model's parameters in order; their shapes and dtypes are read only where this rank holds no
 /// piece. `held(name)` gives this rank's piece, called in that order where map.holds(name) (it
 /// may be collective over the ranks holding the same piece). The caller adds the step, the config
-/// and the seeds (train::Trainer::stamp) and chooses the writer.
+/// and the seeds (train::Trainer::stamp) and chooses the writer. A rank with `keep` false (not
+/// the writer) takes part in every collective but keeps nothing: it holds one whole parameter
+/// and its moments at a time, and gets a checkpoint without tensors.
 io::Checkpoint join_checkpoint(ShardMap& map, const std::vector<nn::ParameterSpec>& whole,
-                               const std::function<HeldParameter(const std::string&)>& held);
+                               const std::function<HeldParameter(const std::string&)>& held,
+                               bool keep = true);
 
 /// join_checkpoint's `held` for a rank whose pieces are `params` and whose AdamW is `adamw`: the
 /// moments and step count from `adamw` where it updates the parameter, else zeros and 0 (nullptr:
-/// another optimizer holds them).
+/// another optimizer holds them). `adamw` must outlive the function; its moments are not copied.
 std::function<HeldParameter(const std::string&)> held_in(const nn::ParameterList& params,
                                                          const optim::AdamW* adamw);
 

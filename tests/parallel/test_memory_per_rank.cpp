@@ -196,39 +196,55 @@ TEST_CASE("ZeRO-3 builds only its shards: no rank holds a whole unit while the r
   }
 }
 
-TEST_CASE("ZeRO-3 saves a checkpoint unit by unit: rank 0, which writes, collects the whole state, "
-          "the others hold at most one unit's moments beyond their shards",
+TEST_CASE("Saving a checkpoint, only rank 0, which writes, collects the whole model and its "
+          "moments: the other ranks of ZeRO-3 hold at most one unit's moments at a time, those "
+          "of pp 4, tp 4 and ep 4 a few whole parameters",
           "[memory][host]") {
-  testing::ScratchDir scratch;
-  io::RunConfig c = memory_config(false);
-  c.train.checkpoint_dir = scratch / "ckpt";
   mesh::ParallelPlan zero3;
   zero3.dp = 4, zero3.zero = 3;
-  std::vector<std::int64_t> saving(4); // the most each rank held while saving, above its start
-  comm::run_threads(4, [&](comm::Communicator& world) {
-    fourd::RankMemoryWatch watch;
-    std::unique_ptr<train::RankRun> run = fourd::make_run(zero3, c, world, "");
-    watch.built();
-    (void)run->train_step();
-    watch.step_begins(); // the save, measured as a step is
-    (void)run->save_checkpoint();
-    watch.step_ended();
-    saving[static_cast<std::size_t>(world.rank())] = watch.measured().step_peak;
-  });
-  const nn::GPT model(c.model, c.train.seed);
-  double whole = 0, block = 0, rest = 0;
-  for (const auto& p : model.parameters()) {
-    const double bytes = 4.0 * static_cast<double>(p.tensor.numel());
-    whole += bytes;
-    if (p.name.rfind("h.0.", 0) == 0) block += bytes; // every block is alike
-    if (p.name.rfind("h.", 0) != 0) rest += bytes;    // the embeddings and head
+  mesh::ParallelPlan pp4;
+  pp4.pp = 4;
+  mesh::ParallelPlan tp4;
+  tp4.tp = 4;
+  mesh::ParallelPlan ep4;
+  ep4.ep = 4;
+  for (const auto& [name, plan, moe] :
+       {std::tuple{"dp 4 zero 3", zero3, false}, std::tuple{"pp 4", pp4, false},
+        std::tuple{"tp 4", tp4, false}, std::tuple{"ep 4", ep4, true}}) {
+    SECTION(name) {
+      testing::ScratchDir scratch;
+      io::RunConfig c = memory_config(moe);
+      c.train.checkpoint_dir = scratch / "ckpt";
+      std::vector<std::int64_t> saving(4); // the most each rank held while saving, above its start
+      comm::run_threads(4, [&](comm::Communicator& world) {
+        fourd::RankMemoryWatch watch;
+        std::unique_ptr<train::RankRun> run = fourd::make_run(plan, c, world, "");
+        watch.built();
+        (void)run->train_step();
+        watch.step_begins(); // the save, measured as a step is
+        (void)run->save_checkpoint();
+        watch.step_ended();
+        saving[static_cast<std::size_t>(world.rank())] = watch.measured().step_peak;
+      });
+      const nn::GPT model(c.model, c.train.seed);
+      double whole = 0, block = 0, rest = 0, largest = 0;
+      for (const auto& p : model.parameters()) {
+        const double bytes = 4.0 * static_cast<double>(p.tensor.numel());
+        whole += bytes;
+        largest = std::max(largest, bytes);
+        if (p.name.rfind("h.0.", 0) == 0) block += bytes; // every block is alike
+        if (p.name.rfind("h.", 0) != 0) rest += bytes;    // the embeddings and head
+      }
+      // ZeRO-3: one unit's two moments (padded); the joins: a parameter and its two moments,
+      // gathered whole and copied to the host (8 of the largest, generously)
+      const double bound = plan.zero == 3 ? 2.1 * std::max(block, rest) : 8 * largest;
+      INFO("while saving: rank 0 " << saving[0] << " B, rank 1 " << saving[1] << " B; the model "
+                                   << whole << " B, at most " << bound << " B on the others");
+      CHECK(static_cast<double>(saving[0]) >= 3 * whole); // parameters and both moments, whole
+      for (std::size_t r = 1; r < saving.size(); ++r)
+        CHECK(static_cast<double>(saving[r]) <= bound);
+    }
   }
-  const double unit = std::max(block, rest) * 1.05; // a unit, padded
-  INFO("while saving: rank 0 " << saving[0] << " B, rank 1 " << saving[1] << " B; the model "
-                               << whole << " B, its largest unit about " << unit << " B");
-  CHECK(static_cast<double>(saving[0]) >= 3 * whole); // parameters and both moments, whole
-  for (std::size_t r = 1; r < saving.size(); ++r)
-    CHECK(static_cast<double>(saving[r]) <= 2 * unit); // one unit's two moments at a time
 }
 
 TEST_CASE("Memory cap: a model refused on one rank trains under the same cap with pp 4, tp 4 "
