@@ -21,8 +21,8 @@ public:
     trainer_ = std::make_unique<ZeroTrainer>(config, world, ZeroOptions{plan.zero, plan.prefetch});
   }
 
-  // What the last step held and sent, taken as it ends: a checkpoint after it gathers every unit
-  // at once, and an evaluation gathers and sends again, which is not what training does.
+  // What the last step held and sent, taken as it ends: a checkpoint or an evaluation after it
+  // gathers and sends again, which is not what training does.
   train::StepResult train_step() override {
     stepped_ = true;
     trainer_->sharded().reset_counts();

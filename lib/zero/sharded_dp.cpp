@@ -571,10 +571,14 @@ optim::StateTensors ShardedDataParallel::optimizer_state(int root) {
     const Tensor m_flat = comm::all_gather(*s.group, u.exp_avg);
     const Tensor v_flat = comm::all_gather(*s.group, u.exp_avg_sq);
     if (root >= 0 && s.rank != root) continue; // the unit's flats go now
+    // a root keeps them in host memory (the writer's: the device keeps only its shard)
+    const auto keep = [&](const Tensor& piece) {
+      return root >= 0 ? piece.to(Device::cpu()) : piece.clone();
+    };
     for (std::size_t j = 0; j < u.params.size(); ++j) {
       const Shape& shape = s.params[u.params[j]].tensor.shape();
-      m[u.params[j]] = storage_view(m_flat.impl().storage, u.offsets[j], shape, s.dtype).clone();
-      v[u.params[j]] = storage_view(v_flat.impl().storage, u.offsets[j], shape, s.dtype).clone();
+      m[u.params[j]] = keep(storage_view(m_flat.impl().storage, u.offsets[j], shape, s.dtype));
+      v[u.params[j]] = keep(storage_view(v_flat.impl().storage, u.offsets[j], shape, s.dtype));
     }
   }
   optim::StateTensors state;

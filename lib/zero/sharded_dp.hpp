@@ -107,7 +107,7 @@ public:
   Tensor after_head(const Tensor& logits) override;
 
   /// Collective: stage 3 gathers every unit, so the whole model can be read without hooks
-  /// (checkpoints, resume, tests); stages 1 and 2 hold it anyway.
+  /// (resume, gathered_parameters, tests); stages 1 and 2 hold it anyway.
   void gather_all();
   /// Stage 3: frees every gathered unit. When `keep_values`, first copies this rank's part of
   /// each gathered unit into its parameter shard (after parameters were loaded into the model).
@@ -115,7 +115,8 @@ public:
 
   /// Collective: the whole AdamW state in optim::AdamW::state_tensors()'s layout (the
   /// single-rank checkpoint's), gathered from the shards one unit at a time. With `root` >= 0
-  /// only that rank keeps it (the others hold one unit's moments at a time and get nothing).
+  /// only that rank keeps it, in host memory (the others hold one unit's moments at a time and
+  /// get nothing).
   optim::StateTensors optimizer_state(int root = -1);
   /// Collective: calls `visit` once per unit with the indices of its parameters, in unit order,
   /// while they can be read (stage 3 gathers the unit first and frees it after: one unit at a

@@ -80,8 +80,8 @@ std::string ZeroTrainer::save_checkpoint() {
   const nn::ParameterList& params = trainer_.model().parameters();
   std::vector<Tensor> values(params.size());
   zero_->visit_units([&](const std::vector<std::size_t>& unit) {
-    if (writer)
-      for (std::size_t i : unit) values[i] = params[i].tensor.detach().clone();
+    if (writer) // in host memory: the device keeps only this rank's shards
+      for (std::size_t i : unit) values[i] = params[i].tensor.detach().to(Device::cpu());
   });
   std::string dir;
   if (writer) {
