@@ -112,7 +112,8 @@ StateTensors AdamW::state_tensors() const {
   return state;
 }
 
-void AdamW::load_state(const StateTensors& state) {
+CheckedState check_state(const nn::ParameterList& params, const StateTensors& state,
+                         const std::string& who) {
   std::map<std::string, Tensor> given;
   std::vector<std::string> problems;
   for (const auto& [name, tensor] : state)
@@ -140,36 +141,40 @@ void AdamW::load_state(const StateTensors& state) {
     }
     return t;
   };
-  const auto n = static_cast<std::int64_t>(params_.size());
-  std::vector<Tensor> m(params_.size()), v(params_.size());
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i].tensor;
-    m[i] = expect("exp_avg." + params_[i].name, p.shape(), p.dtype());
-    v[i] = expect("exp_avg_sq." + params_[i].name, p.shape(), p.dtype());
+  const auto n = static_cast<std::int64_t>(params.size());
+  CheckedState out{std::vector<Tensor>(params.size()), std::vector<Tensor>(params.size()), {}};
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i].tensor;
+    out.exp_avg[i] = expect("exp_avg." + params[i].name, p.shape(), p.dtype());
+    out.exp_avg_sq[i] = expect("exp_avg_sq." + params[i].name, p.shape(), p.dtype());
   }
   const Tensor step_tensor = expect("step", Shape{n}, DType::Int64);
   for (const auto& entry : given)
     if (!expected.contains(entry.first)) problems.push_back("unexpected '" + entry.first + "'");
-  const std::vector<double> steps =
-      step_tensor.defined() ? step_tensor.to_vector() : std::vector<double>{};
-  for (std::size_t i = 0; i < steps.size(); ++i)
-    if (steps[i] < 0)
-      problems.push_back(detail::concat("'step' holds ", steps[i], " for '", params_[i].name,
-                                        "', expected a count >= 0"));
+  if (step_tensor.defined())
+    for (double c : step_tensor.to_vector()) {
+      if (c < 0)
+        problems.push_back(detail::concat("'step' holds ", c, " for '",
+                                          params[out.steps.size()].name,
+                                          "', expected a count >= 0"));
+      out.steps.push_back(static_cast<std::int64_t>(c));
+    }
+  std::string list;
+  for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
+  TS_CHECK(problems.empty(), who, ": expected the AdamW state of ", n, " parameters (", 2 * n + 1,
+           " tensors: exp_avg.<name>, exp_avg_sq.<name>, step), found ", state.size(),
+           " tensors with these problems: ", list,
+           ". Load a checkpoint written for this model (same parameter names, shapes, dtypes)");
+  return out;
+}
 
-  if (!problems.empty()) {
-    std::string list;
-    for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
-    TS_CHECK(false, "AdamW::load_state: expected the state of ", n, " parameters (", 2 * n + 1,
-             " tensors: exp_avg.<name>, exp_avg_sq.<name>, step), found ", state.size(),
-             " tensors with these problems: ", list,
-             ". Load a checkpoint written for this model (same parameter names, shapes, dtypes)");
-  }
+void AdamW::load_state(const StateTensors& state) {
+  const CheckedState checked = check_state(params_, state, "AdamW::load_state");
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    exp_avg_[i].copy_(m[i]);
-    exp_avg_sq_[i].copy_(v[i]);
-    steps_[i] = static_cast<std::int64_t>(steps[i]);
+    exp_avg_[i].copy_(checked.exp_avg[i]);
+    exp_avg_sq_[i].copy_(checked.exp_avg_sq[i]);
   }
+  steps_ = checked.steps;
 }
 
 } // namespace tinyscale::optim

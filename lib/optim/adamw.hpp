@@ -26,6 +26,18 @@ using StateTensors = std::vector<std::pair<std::string, Tensor>>;
 /// the same arithmetic element for element.
 AdamWStep adamw_constants(const OptimConfig& config, double lr, std::int64_t t, bool decay);
 
+/// An AdamW state (StateTensors) checked against `params` and taken apart: its moments and step
+/// counts in parameter order.
+struct CheckedState {
+  std::vector<Tensor> exp_avg, exp_avg_sq;
+  std::vector<std::int64_t> steps;
+};
+
+/// Checks `state` as written by AdamW::state_tensors() for `params`: every name once, none
+/// unexpected, shapes, dtypes, step counts >= 0. Throws naming `who` and every problem.
+CheckedState check_state(const nn::ParameterList& params, const StateTensors& state,
+                         const std::string& who);
+
 /// AdamW over a fixed list of parameters (float32 or float64, on any device), with state m and v
 /// per parameter beside them, or in host memory with optim.offload.
 class AdamW {

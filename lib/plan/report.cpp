@@ -163,22 +163,17 @@ std::string explain_plan(const Plan& plan, const Cluster& cluster) {
   for (std::size_t i = 0; i < a.size(); ++i)
     diffs.push_back({b[i].second - a[i].second, a[i].first});
   std::sort(diffs.begin(), diffs.end());
-  const auto& loss = diffs.back();
-  const auto& gain = diffs.front();
-  if (loss.first > 0) {
-    std::string line = " It loses most on " + loss.second + ": ";
+  // " It loses most on pp send/recv: 1.2 ms against 0.8 ms", the runner-up's figure first.
+  auto compare = [&](const char* verb, const std::string& term) {
+    std::string line = std::string(" It ") + verb + " " + term + ": ";
     for (std::size_t i = 0; i < a.size(); ++i)
-      if (a[i].first == loss.second)
+      if (a[i].first == term)
         line += seconds_text(b[i].second) + " against " + seconds_text(a[i].second);
-    out += line + ".";
-  }
-  if (gain.first < 0) {
-    std::string line = " It gains on " + gain.second + ": ";
-    for (std::size_t i = 0; i < a.size(); ++i)
-      if (a[i].first == gain.second)
-        line += seconds_text(b[i].second) + " against " + seconds_text(a[i].second);
-    out += line + ", not enough to make up.";
-  }
+    return line;
+  };
+  if (diffs.back().first > 0) out += compare("loses most on", diffs.back().second) + ".";
+  if (diffs.front().first < 0)
+    out += compare("gains on", diffs.front().second) + ", not enough to make up.";
   return out + "\n";
 }
 

@@ -18,9 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <optional>
-#include <set>
 
 namespace tinyscale::zero {
 
@@ -585,68 +583,13 @@ optim::StateTensors ShardedDataParallel::optimizer_state(int root) {
   return state;
 }
 
-namespace {
-/// A single-rank AdamW state, checked and taken apart: moments and step count per parameter.
-struct AdamWState {
-  std::vector<Tensor> exp_avg, exp_avg_sq;
-  std::vector<std::int64_t> steps;
-};
-
-// Checks `state` against the parameters as optim::AdamW::load_state does (every name once, no
-// unexpected one, shapes, dtypes, step counts >= 0) and throws naming every problem.
-AdamWState checked_state(const nn::ParameterList& params, const optim::StateTensors& state) {
-  std::map<std::string, Tensor> given;
-  std::vector<std::string> problems;
-  for (const auto& [name, tensor] : state)
-    if (!given.emplace(name, tensor).second) problems.push_back("'" + name + "' given twice");
-  std::set<std::string> expected;
-  auto find = [&](const std::string& name, const Shape& shape, DType dtype) -> Tensor {
-    expected.insert(name);
-    auto it = given.find(name);
-    if (it == given.end() || !it->second.defined()) {
-      problems.push_back("missing '" + name + "'");
-      return {};
-    }
-    if (it->second.shape() != shape || it->second.dtype() != dtype) {
-      problems.push_back(detail::concat("'", name, "' is ", dtype_name(it->second.dtype()), " ",
-                                        it->second.shape().str(), ", expected ", dtype_name(dtype),
-                                        " ", shape.str()));
-      return {};
-    }
-    return it->second;
-  };
-  const std::size_t np = params.size();
-  AdamWState out{std::vector<Tensor>(np), std::vector<Tensor>(np), {}};
-  for (std::size_t i = 0; i < np; ++i) {
-    const Tensor& p = params[i].tensor;
-    out.exp_avg[i] = find("exp_avg." + params[i].name, p.shape(), p.dtype());
-    out.exp_avg_sq[i] = find("exp_avg_sq." + params[i].name, p.shape(), p.dtype());
-  }
-  const Tensor steps = find("step", Shape{static_cast<std::int64_t>(np)}, DType::Int64);
-  for (const auto& entry : given)
-    if (!expected.contains(entry.first)) problems.push_back("unexpected '" + entry.first + "'");
-  if (steps.defined())
-    for (double c : steps.to_vector()) {
-      if (c < 0) problems.push_back(detail::concat("a step count of ", c, ", expected >= 0"));
-      out.steps.push_back(static_cast<std::int64_t>(c));
-    }
-  std::string list;
-  for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
-  TS_CHECK(problems.empty(), "ZeRO: expected the AdamW state of ", np, " parameters (", 2 * np + 1,
-           " tensors: exp_avg.<name>, exp_avg_sq.<name>, step), found ", state.size(),
-           " tensors with these problems: ", list,
-           ". Load a checkpoint written for this model (same parameter names, shapes, dtypes)");
-  return out;
-}
-} // namespace
-
 void ShardedDataParallel::check_optimizer_state(const optim::StateTensors& state) const {
-  (void)checked_state(state_->params, state);
+  (void)optim::check_state(state_->params, state, "ZeRO");
 }
 
 void ShardedDataParallel::load_optimizer_state(const optim::StateTensors& state) {
   State& s = *state_;
-  const AdamWState checked = checked_state(s.params, state);
+  const optim::CheckedState checked = optim::check_state(s.params, state, "ZeRO");
   const std::vector<Tensor>&m = checked.exp_avg, &v = checked.exp_avg_sq;
   s.steps = checked.steps;
   for (Unit& u : s.units) {
