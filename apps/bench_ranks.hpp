@@ -1,7 +1,8 @@
-// What `bench dp` and `bench tp` share (chapters 04 and 05): both time a config at several rank
-// counts (threads), or at mpirun's world size, with warm-up and timed steps, and print the command
-// behind their table. The easy thing to get wrong: under mpirun the world size is the one rank
-// count measured, so --ranks, when given, must list it (the caller checks, naming its bench).
+// What the benches share (chapters 02, 04-09 and 14): a config timed with warm-up and timed steps;
+// for those measured at several rank counts (threads) or at mpirun's world size, the measuring, the
+// command behind their table and their --json head. The easy thing to get wrong: under mpirun the
+// world size is the one rank count measured, so --ranks, when given, must list it (measure_ranked
+// checks, naming the bench).
 #pragma once
 
 #include "comm/launch.hpp"
