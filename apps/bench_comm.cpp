@@ -6,6 +6,7 @@
 // get wrong: S is the full buffer (the all-reduce buffer; the gathered buffer of all-gather and
 // reduce-scatter), not one rank's shard, and the time reported is the slowest rank's mean, not rank
 // 0's.
+#include "bench_ranks.hpp"
 #include "comm/algorithms.hpp"
 #include "comm/launch.hpp"
 #include "commands.hpp"
@@ -16,7 +17,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -32,19 +32,18 @@ namespace tinyscale::app {
 
 namespace {
 
+const std::vector<std::string> kOps{"all_reduce", "reduce_scatter", "all_gather",
+                                    "broadcast",  "all_to_all",     "send_recv"};
+
 struct BenchCommOptions {
   std::string backend = "auto";
   int ranks = 4;
   std::int64_t min_bytes = 4 << 10;
   std::int64_t max_bytes = 64 << 20;
-  std::vector<std::string> ops{"all_reduce", "reduce_scatter", "all_gather",
-                               "broadcast",  "all_to_all",     "send_recv"};
+  std::vector<std::string> ops = kOps;
   int iters = 0; // 0: as many as fit in about 100 ms, between 3 and 100
   std::string json;
 };
-
-const std::vector<std::string> kOps{"all_reduce", "reduce_scatter", "all_gather",
-                                    "broadcast",  "all_to_all",     "send_recv"};
 
 /// busbw / algbw for `op` on `n` ranks (nccl-tests, doc/PERFORMANCE.md; docs/theory.md sec. 3).
 double bus_factor(const std::string& op, int n) {
@@ -241,14 +240,10 @@ void print_tables(const std::vector<Row>& rows, int n) {
 #endif
 }
 
-void write_json(const std::string& path, const std::string& command, const std::string& backend,
-                int n, const std::vector<Row>& rows) {
-  nlohmann::json out{{"command", command},
-                     {"cpu", metrics::cpu_model_name()},
-                     {"cores", std::thread::hardware_concurrency()},
-                     {"backend", backend},
-                     {"ranks", n},
-                     {"dtype", "float32"}};
+void write_json(const std::string& path, const std::string& command, comm::Backend backend, int n,
+                const std::vector<Row>& rows) {
+  nlohmann::json out = bench_json(command, backend);
+  out.update({{"ranks", n}, {"dtype", "float32"}});
   for (const Row& row : rows) {
     const double algbw = gbps(row.bytes, row.seconds);
     out["rows"].push_back({{"op", row.op},
@@ -259,10 +254,7 @@ void write_json(const std::string& path, const std::string& command, const std::
                            {"busbw_gbps", algbw * bus_factor(row.op, n)},
                            {"memcpy_gbps", gbps(row.bytes, row.memcpy_seconds)}});
   }
-  std::ofstream file(path);
-  TS_CHECK(file.good(), "bench comm: cannot write --json file '", path,
-           "'; expected a writable path");
-  file << out.dump(2) << "\n";
+  write_bench_json("comm", path, out);
 }
 
 void run_bench_comm(const BenchCommOptions& opt) {
@@ -280,8 +272,7 @@ void run_bench_comm(const BenchCommOptions& opt) {
       "tinyscale bench comm --backend " + std::string(comm::backend_name(backend));
   if (backend == comm::Backend::Threads) command += " --ranks " + std::to_string(opt.ranks);
   command += " --min-bytes " + std::to_string(opt.min_bytes) + " --max-bytes " +
-             std::to_string(opt.max_bytes) + " --ops ";
-  for (std::size_t i = 0; i < opt.ops.size(); ++i) command += (i ? "," : "") + opt.ops[i];
+             std::to_string(opt.max_bytes) + flag_list(" --ops ", opt.ops);
   if (opt.iters > 0) command += " --iters " + std::to_string(opt.iters);
 
   comm::run_world(backend, opt.ranks, [&](comm::Communicator& world) {
@@ -327,7 +318,7 @@ void run_bench_comm(const BenchCommOptions& opt) {
     }
     if (world.rank() != 0) return;
     print_tables(rows, n);
-    if (!opt.json.empty()) write_json(opt.json, command, world.backend(), n, rows);
+    if (!opt.json.empty()) write_json(opt.json, command, backend, n, rows);
   });
 }
 

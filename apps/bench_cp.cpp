@@ -9,25 +9,21 @@
 #include "backend/memory_counter.hpp"
 #include "bench_ranks.hpp"
 #include "comm/counting.hpp"
-#include "comm/launch.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "cp/model.hpp"
 #include "cp/trainer.hpp"
 #include "io/config.hpp"
 #include "median.hpp"
-#include "metrics/peak.hpp"
 #include "nn/gpt.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace tinyscale::app {
@@ -50,27 +46,10 @@ struct Row {
   double plain_activation = 0;            ///< cp = 1 only: one layer of chapter 02's GPT (no ring)
 };
 
-/// The sizes the formulas use: micro-batches, rows b per micro-batch, sequence s, hidden h.
-struct Sizes {
-  std::int64_t micro_batches = 1, b = 0, s = 0, h = 0, element_bytes = 4;
-  int n_layer = 0;
-};
-
-Sizes sizes_of(const io::RunConfig& config) {
-  Sizes z;
-  z.micro_batches = config.train.micro_batches;
-  z.b = config.train.batch_size / config.train.micro_batches;
-  z.s = config.train.seq_len;
-  z.h = config.model.n_embd;
-  z.element_bytes = static_cast<std::int64_t>(dtype_size(config.model.compute_dtype()));
-  z.n_layer = config.model.n_layer;
-  return z;
-}
-
 /// docs/theory.md sec. 10: per layer and micro-batch a rank sends N-1 blocks of k and v forward
 /// (2·b·h·s/N elements each), N-1 of k, v, dk, dv backward (4·b·h·s/N) and the gradients home
 /// (2·b·h·s/N): (6N - 4)·b·h·s/N elements; nothing with one rank.
-double sent_formula(const Sizes& z, int n) {
+double sent_formula(const BatchSizes& z, int n) {
   if (n == 1) return 0;
   return static_cast<double>((6 * n - 4) * z.b * z.h * (z.s / n) * z.element_bytes *
                              z.micro_batches * z.n_layer);
@@ -135,7 +114,7 @@ Row measure(comm::Communicator& world, const io::RunConfig& config, cp::Split sp
   double pairs = 0;
   const double act = trainer.device() == Device::cpu() ? activation_and_work(trainer, pairs) : 0.0;
 
-  const Sizes z = sizes_of(config);
+  const BatchSizes z = batch_sizes(config);
   const int n = world.size();
   Row row;
   row.cp = n;
@@ -251,18 +230,14 @@ void print_checks(const std::vector<Row>& rows) {
   if (work_equal) std::printf("attention work equals cp::causal_pairs (every rank, every row)\n");
 }
 
-void write_json(const std::string& path, const std::string& command, const std::string& backend,
-                const std::vector<Row>& rows, const Sizes& z) {
-  nlohmann::json out{{"command", command},
-                     {"cpu", metrics::cpu_model_name()},
-                     {"cores", std::thread::hardware_concurrency()},
-                     {"backend", backend},
-                     {"n_layer", z.n_layer},
-                     {"b", z.b},
-                     {"micro_batches", z.micro_batches},
-                     {"s", z.s},
-                     {"h", z.h},
-                     {"rows", nlohmann::json::array()}};
+void write_json(const std::string& path, const std::string& command, comm::Backend backend,
+                const std::vector<Row>& rows, const BatchSizes& z) {
+  nlohmann::json out = bench_json(command, backend);
+  out.update({{"n_layer", z.n_layer},
+              {"b", z.b},
+              {"micro_batches", z.micro_batches},
+              {"s", z.s},
+              {"h", z.h}});
   for (const Row& r : rows)
     out["rows"].push_back(
         {{"cp", r.cp},
@@ -277,24 +252,12 @@ void write_json(const std::string& path, const std::string& command, const std::
           r.activation_ratio ? nlohmann::json(*r.activation_ratio) : nlohmann::json(nullptr)},
          {"activation_ratio_formula", 1.0 / r.cp},
          {"plain_activation_bytes", r.plain_activation}});
-  std::ofstream file(path);
-  TS_CHECK(file.good(), "bench cp: cannot write --json file '", path,
-           "'; expected a writable path");
-  file << out.dump(2) << "\n";
+  write_bench_json("cp", path, out);
 }
 
 void print_header(const std::string& command, const io::RunConfig& config, int max_ranks) {
-  const auto& m = config.model;
-  const Sizes z = sizes_of(config);
-  std::printf("%s\n", command.c_str());
-  std::printf("model: %d layers, d_model %lld, %d heads, vocab %lld; every cp rank runs the "
-              "whole batch, its positions of each row: %lld micro-batch(es) of b = %lld rows x "
-              "s = %lld tokens, %s\n",
-              m.n_layer, static_cast<long long>(m.n_embd), m.n_head,
-              static_cast<long long>(m.vocab_size), static_cast<long long>(z.micro_batches),
-              static_cast<long long>(z.b), static_cast<long long>(z.s),
-              dtype_name(m.compute_dtype()));
-  print_machine(max_ranks);
+  print_batch_header(command, config,
+                     "every cp rank runs the whole batch, its positions of each row", max_ranks);
   std::printf(
       "ring bytes: the messages of region \"block\" of a CountingCommunicator (the ring is the "
       "blocks' only traffic); formula (6N-4)·b·h·(s/N) elements per layer and micro-batch\n"
@@ -306,25 +269,20 @@ void print_header(const std::string& command, const io::RunConfig& config, int m
 }
 
 void run_bench_cp(const BenchCpOptions& opt) {
-  const io::RunConfig config = ranked_bench_config(opt);
+  const io::RunConfig config = bench_config(opt);
   const comm::Backend backend = ranked_bench_backend("cp", opt);
   std::vector<Row> rows;
-  const bool holds_rows = measure_ranked(
-      "cp", "cp size", opt, backend, [&](int n) { check_cp_size(config, n); },
-      [&](int n) {
-        print_header(ranked_bench_command("cp", opt, backend, n), config,
-                     n > 0 ? n : *std::max_element(opt.ranks.begin(), opt.ranks.end()));
-      },
+  const std::string command = measure_ranked(
+      "cp", "cp size", opt, backend, "", [&](int n) { check_cp_size(config, n); },
+      [&](const std::string& c, int max_ranks) { print_header(c, config, max_ranks); },
       [&](comm::Communicator& world) { measure_world(world, config, opt, rows); });
-  if (!holds_rows) return;
+  if (command.empty()) return;
   add_ratios(rows);
   print_table(rows, opt.steps);
   print_checks(rows);
   if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.cp == 1; }))
     std::printf("the activation ratio needs the cp = 1 row: run `mpirun -np 1` separately\n");
-  const std::string command = ranked_bench_command("cp", opt, backend, rows.front().cp);
-  if (!opt.json.empty())
-    write_json(opt.json, command, comm::backend_name(backend), rows, sizes_of(config));
+  if (!opt.json.empty()) write_json(opt.json, command, backend, rows, batch_sizes(config));
 }
 
 } // namespace
@@ -335,14 +293,11 @@ void add_bench_cp(CLI::App& bench) {
       "cp", "Context parallelism: step time, ring bytes against docs/theory.md's formula, "
             "attention work per rank and measured activation memory, load-balanced and "
             "contiguous");
-  auto* ranks = add_ranked_bench_options(
+  add_ranked_bench_options(
       cmd, *opt, "TOML run config (every cp rank runs the whole batch, its positions)",
       "cp sizes of the threads backend; under mpirun the world size is the cp size and --ranks, "
-      "when given, must list it");
-  cmd->callback([opt, ranks] {
-    opt->ranks_given = ranks->count() > 0;
-    run_bench_cp(*opt);
-  });
+      "when given, must list it",
+      [opt] { run_bench_cp(*opt); });
 }
 
 } // namespace tinyscale::app

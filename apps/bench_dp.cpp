@@ -5,24 +5,20 @@
 // the max over ranks; and ranks on threads share the machine's cores, so past one rank per core
 // the efficiency measures the oversubscribed CPU rather than data parallelism.
 #include "bench_ranks.hpp"
-#include "comm/launch.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "dp/trainer.hpp"
 #include "io/config.hpp"
 #include "median.hpp"
-#include "metrics/peak.hpp"
 #include "metrics/trace.hpp"
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace tinyscale::app {
@@ -118,17 +114,17 @@ Row measure(comm::Communicator& world, const io::RunConfig& config, const Strate
 }
 
 /// Collective over `world`: every strategy at world.size() ranks; rows and (for the bucketed
-/// strategy) the trace land in `rows` and `trace` on rank 0.
+/// strategy, when `trace` is given) the trace land in `rows` and `*trace` on rank 0.
 void measure_world(comm::Communicator& world, const io::RunConfig& config,
                    const BenchDpOptions& opt, std::vector<Row>& rows,
-                   std::vector<metrics::TraceEvent>& trace) {
+                   std::vector<metrics::TraceEvent>* trace) {
   train::check_batch_split(config, world.size(), "bench dp");
   for (const Strategy& s : strategies(opt.bucket_kb)) {
     std::vector<metrics::TraceEvent> events;
     Row row = measure(world, config, s, opt, events);
     if (world.rank() != 0) continue;
     rows.push_back(row);
-    if (s.name == "bucketed + overlap") trace = std::move(events);
+    if (s.name == "bucketed + overlap" && trace != nullptr) *trace = std::move(events);
   }
 }
 
@@ -154,13 +150,9 @@ void print_table(const std::vector<Row>& rows, std::int64_t steps) {
   }
 }
 
-void write_json(const std::string& path, const std::string& command, const std::string& backend,
+void write_json(const std::string& path, const std::string& command, comm::Backend backend,
                 const std::vector<Row>& rows) {
-  nlohmann::json out{{"command", command},
-                     {"cpu", metrics::cpu_model_name()},
-                     {"cores", std::thread::hardware_concurrency()},
-                     {"backend", backend},
-                     {"rows", nlohmann::json::array()}};
+  nlohmann::json out = bench_json(command, backend);
   for (const Row& r : rows)
     out["rows"].push_back({{"ranks", r.ranks},
                            {"strategy", r.strategy},
@@ -172,70 +164,44 @@ void write_json(const std::string& path, const std::string& command, const std::
                            {"comm_sum_ms", r.comm_sum_ms},
                            {"wait_ms", r.wait_ms},
                            {"overlap", r.overlap}});
-  std::ofstream file(path);
-  TS_CHECK(file.good(), "bench dp: cannot write --json file '", path,
-           "'; expected a writable path");
-  file << out.dump(2) << "\n";
-}
-
-std::string command_line(const BenchDpOptions& opt, comm::Backend backend, int world_size) {
-  return ranked_bench_command("dp", opt, backend, world_size,
-                              " --bucket-kb " + std::to_string(opt.bucket_kb));
+  write_bench_json("dp", path, out);
 }
 
 void print_header(const std::string& command, const io::RunConfig& config, int max_ranks) {
   const auto& m = config.model;
   const auto& t = config.train;
-  const unsigned cores = std::thread::hardware_concurrency();
   std::printf("%s\n", command.c_str());
   std::printf("model: %d layers, d_model %lld, vocab %lld; global batch %lld x %lld tokens "
               "(fixed: each of N ranks runs batch / N rows)\n",
               m.n_layer, static_cast<long long>(m.n_embd), static_cast<long long>(m.vocab_size),
               static_cast<long long>(t.batch_size), static_cast<long long>(t.seq_len));
-  std::printf("machine: %s, %u hardware threads\n", metrics::cpu_model_name().c_str(), cores);
-  if (max_ranks > static_cast<int>(cores))
-    std::printf("note: ranks share cores: %d ranks on %u hardware threads run their compute "
-                "side by side, so past %u ranks the step cannot get faster\n",
-                max_ranks, cores, cores);
+  print_machine(max_ranks, true);
   std::printf(
       "step time: each step's slowest rank, median over the timed steps; comm: time "
       "with at least one all-reduce in flight; comm and wait: mean over ranks per step\n\n");
 }
 
 void run_bench_dp(const BenchDpOptions& opt) {
-  const io::RunConfig config = ranked_bench_config(opt);
-  const std::vector<int>& ranks = opt.ranks;
+  const io::RunConfig config = bench_config(opt);
   const comm::Backend backend = ranked_bench_backend("dp", opt);
+  // The trace is of the largest rank count: the last run of it on threads, the world under mpirun.
+  const int traced =
+      backend == comm::Backend::Threads ? *std::max_element(opt.ranks.begin(), opt.ranks.end()) : 0;
   std::vector<Row> rows;
   std::vector<metrics::TraceEvent> trace;
-  if (backend == comm::Backend::Threads) {
-    const int max_ranks = *std::max_element(ranks.begin(), ranks.end());
-    for (int n : ranks) // before minutes of measuring
-      train::check_batch_split(config, n, "bench dp");
-    print_header(command_line(opt, backend, 0), config, max_ranks);
-    for (int n : ranks) {
-      std::vector<metrics::TraceEvent> events;
-      comm::run_threads(
-          n, [&](comm::Communicator& world) { measure_world(world, config, opt, rows, events); });
-      if (n == max_ranks) trace = std::move(events);
-    }
-  } else {
-    comm::run_world(backend, 0, [&](comm::Communicator& world) {
-      const int n = world.size();
-      TS_CHECK(!opt.ranks_given || std::find(ranks.begin(), ranks.end(), n) != ranks.end(),
-               "bench dp: under mpirun the world size (", n, ") is the rank count, but --ranks ",
-               "does not list it; run mpirun -np with one of the --ranks values");
-      if (world.rank() == 0) print_header(command_line(opt, backend, n), config, n);
-      measure_world(world, config, opt, rows, trace);
-    });
-    if (rows.empty()) return; // not rank 0
-  }
+  const std::string command = measure_ranked(
+      "dp", "rank count", opt, backend, " --bucket-kb " + std::to_string(opt.bucket_kb),
+      [&](int n) { train::check_batch_split(config, n, "bench dp"); },
+      [&](const std::string& c, int max_ranks) { print_header(c, config, max_ranks); },
+      [&](comm::Communicator& world) {
+        measure_world(world, config, opt, rows, world.size() >= traced ? &trace : nullptr);
+      });
+  if (command.empty()) return;
   add_efficiency(rows);
   print_table(rows, opt.steps);
   if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.ranks == 1; }))
     std::printf("\nscaling efficiency needs the 1-rank rows: run `mpirun -np 1` separately\n");
-  const std::string command = command_line(opt, backend, rows.front().ranks);
-  if (!opt.json.empty()) write_json(opt.json, command, comm::backend_name(backend), rows);
+  if (!opt.json.empty()) write_json(opt.json, command, backend, rows);
   if (!opt.trace.empty()) metrics::write_chrome_trace(opt.trace, trace);
 }
 
@@ -246,19 +212,16 @@ void add_bench_dp(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
       "dp", "Data-parallel tokens/s, scaling efficiency and overlap: after backward, per "
             "parameter, bucketed + overlap");
-  auto* ranks = add_ranked_bench_options(
+  add_ranked_bench_options(
       cmd, *opt, "TOML run config (train.batch_size = global batch)",
       "Rank counts of the threads backend; under mpirun the world size is measured (N = 1 needs "
-      "its own `mpirun -np 1` run) and --ranks, when given, must list it");
+      "its own `mpirun -np 1` run) and --ranks, when given, must list it",
+      [opt] { run_bench_dp(*opt); });
   cmd->add_option("--bucket-kb", opt->bucket_kb, "Bucket size of `bucketed + overlap` in KiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--trace", opt->trace,
                   "Chrome trace (Perfetto) of `bucketed + overlap` at the largest rank count");
-  cmd->callback([opt, ranks] {
-    opt->ranks_given = ranks->count() > 0;
-    run_bench_dp(*opt);
-  });
 }
 
 } // namespace tinyscale::app

@@ -7,7 +7,6 @@
 // expert shows up as imbalance (one rank computing while the others wait) more than as traffic.
 #include "autograd/engine.hpp"
 #include "bench_ranks.hpp"
-#include "comm/launch.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "ep/load.hpp"
@@ -15,7 +14,6 @@
 #include "ep/trainer.hpp"
 #include "io/config.hpp"
 #include "median.hpp"
-#include "metrics/peak.hpp"
 #include "moe/router.hpp"
 #include "nn/parameter.hpp"
 #include "train/trainer.hpp"
@@ -24,11 +22,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace tinyscale::app {
@@ -242,16 +238,11 @@ void print_check(const std::vector<Row>& rows, const Sizes& z) {
                 static_cast<long long>(z.element_bytes));
 }
 
-void write_json(const std::string& path, const std::string& command, const std::string& backend,
+void write_json(const std::string& path, const std::string& command, comm::Backend backend,
                 const std::string& placement, const std::vector<Row>& rows, const Sizes& z,
                 std::int64_t steps) {
-  nlohmann::json out{{"command", command},
-                     {"cpu", metrics::cpu_model_name()},
-                     {"cores", std::thread::hardware_concurrency()},
-                     {"backend", backend},
-                     {"placement", placement},
-                     {"steps", steps},
-                     {"rows", nlohmann::json::array()}};
+  nlohmann::json out = bench_json(command, backend);
+  out.update({{"placement", placement}, {"steps", steps}});
   for (const Row& r : rows) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const ep::EpLayerLoad& l : r.ranks) ranks.push_back(nlohmann::json::parse(ep::to_json(l)));
@@ -282,10 +273,7 @@ void write_json(const std::string& path, const std::string& command, const std::
          {"element_bytes", z.element_bytes},
          {"ranks", ranks}});
   }
-  std::ofstream file(path);
-  TS_CHECK(file.good(), "bench ep: cannot write --json file '", path,
-           "'; expected a writable path");
-  file << out.dump(2) << "\n";
+  write_bench_json("ep", path, out);
 }
 
 void print_header(const std::string& command, const io::RunConfig& config,
@@ -311,38 +299,22 @@ void print_header(const std::string& command, const io::RunConfig& config,
       static_cast<long long>(z.element_bytes));
 }
 
-std::string skew_list(const std::vector<double>& skews) {
-  std::string s = " --skew ";
-  for (std::size_t i = 0; i < skews.size(); ++i) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%s%g", i != 0 ? "," : "", skews[i]);
-    s += buf;
-  }
-  return s;
-}
-
 void run_bench_ep(const BenchEpOptions& opt) {
-  const io::RunConfig config = ranked_bench_config(opt);
+  const io::RunConfig config = bench_config(opt);
   ep::parse_placement(opt.placement); // an unknown name fails before any measuring
-  const std::vector<int>& ranks = opt.ranks;
   const comm::Backend backend = ranked_bench_backend("ep", opt);
-  std::string extra = skew_list(opt.skews);
+  std::string extra = flag_list(" --skew ", opt.skews);
   if (opt.placement != "contiguous") extra += " --placement " + opt.placement;
   std::vector<Row> rows;
-  const bool holds_rows = measure_ranked(
-      "ep", "ep size", opt, backend, [&](int e) { check_ep_size(config, e); },
-      [&](int n) {
-        print_header(ranked_bench_command("ep", opt, backend, n, extra), config, opt,
-                     n > 0 ? n : *std::max_element(ranks.begin(), ranks.end()));
-      },
+  const std::string command = measure_ranked(
+      "ep", "ep size", opt, backend, extra, [&](int e) { check_ep_size(config, e); },
+      [&](const std::string& c, int max_ranks) { print_header(c, config, opt, max_ranks); },
       [&](comm::Communicator& world) { measure_world(world, config, opt, rows); });
-  if (!holds_rows) return;
+  if (command.empty()) return;
   const Sizes z = sizes_of(config);
   print_table(rows, opt.steps);
   print_check(rows, z);
-  if (!opt.json.empty())
-    write_json(opt.json, ranked_bench_command("ep", opt, backend, rows.front().ep, extra),
-               comm::backend_name(backend), opt.placement, rows, z, opt.steps);
+  if (!opt.json.empty()) write_json(opt.json, command, backend, opt.placement, rows, z, opt.steps);
 }
 
 } // namespace
@@ -354,10 +326,11 @@ void add_bench_ep(CLI::App& bench) {
       "ep",
       "Expert parallelism: one MoE layer's dispatch, expert and combine times, all-to-all "
       "bytes against docs/theory.md's formula, and expert load, for balanced and skewed routing");
-  auto* ranks = add_ranked_bench_options(
+  add_ranked_bench_options(
       cmd, *opt, "TOML run config with model.moe (every rank routes one micro-batch)",
       "ep sizes of the threads backend (each must divide model.moe.n_experts); under mpirun the "
-      "world size is the ep size and --ranks, when given, must list it");
+      "world size is the ep size and --ranks, when given, must list it",
+      [opt] { run_bench_ep(*opt); });
   cmd->add_option("--skew", opt->skews,
                   "Routing skews: 0 = router as initialised; s > 0 scales expert e's probability "
                   "by (e + 1)^-s")
@@ -366,10 +339,6 @@ void add_bench_ep(CLI::App& bench) {
       ->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--placement", opt->placement, "Expert placement: contiguous or round-robin")
       ->capture_default_str();
-  cmd->callback([opt, ranks] {
-    opt->ranks_given = ranks->count() > 0;
-    run_bench_ep(*opt);
-  });
 }
 
 } // namespace tinyscale::app

@@ -228,7 +228,7 @@ void write_json(const std::string& path, const std::string& command, const plan:
 }
 
 void run_bench_plan(const BenchPlanOptions& opt) {
-  const io::RunConfig config = ranked_bench_config(opt);
+  const io::RunConfig config = bench_config(opt);
   const comm::Backend backend = ranked_bench_backend("plan", opt);
   const plan::ModelShape model = plan::shape_of(config.model, config.train.seq_len, opt.config);
   plan::Cluster cluster;
@@ -261,16 +261,9 @@ void run_bench_plan(const BenchPlanOptions& opt) {
   cluster.device = cpu_rate(opt); // after the checks: it may take a second to measure
   cluster.memory_bytes = cluster.device.memory_bytes;
 
-  std::string extra;
-  const auto list = [&](const char* flag, const auto& values) {
-    extra += flag;
-    for (std::size_t i = 0; i < values.size(); ++i)
-      extra += detail::concat(i ? "," : "", values[i]);
-  };
-  if (explicit_list)
-    list(" --layouts ", opt.layouts);
-  else
-    list(" --micro-batches ", opt.micro_batches), list(" --schedules ", opt.schedules);
+  std::string extra = explicit_list ? flag_list(" --layouts ", opt.layouts)
+                                    : flag_list(" --micro-batches ", opt.micro_batches) +
+                                          flag_list(" --schedules ", opt.schedules);
   extra += " --cluster " + opt.cluster;
   if (opt.kernel_gflops > 0) extra += detail::concat(" --kernel-gflops ", opt.kernel_gflops);
   extra += detail::concat(" --rounds ", opt.rounds);
@@ -349,7 +342,8 @@ void add_bench_plan(CLI::App& bench) {
               "with Kendall's tau and Spearman's rho (chapter 09)");
   add_ranked_bench_options(cmd, *opt, "TOML run config (train.batch_size is the global batch)",
                            "world sizes whose layouts are enumerated (threads); under mpirun the "
-                           "world size");
+                           "world size",
+                           [opt] { run_bench_plan(*opt); });
   cmd->add_option("--layouts", opt->layouts,
                   "Measure only these layouts: 1 (one rank) or tokens joined by ':' (dpN, tpN, "
                   "ppN, epN, mN, vN, zeroN, a schedule), e.g. 1,dp2,pp2:m4:gpipe")
@@ -372,7 +366,6 @@ void add_bench_plan(CLI::App& bench) {
                   "The rate the planner charges a FLOP at, GF/s (default: the cached `bench "
                   "peak`, else measured now)")
       ->check(CLI::PositiveNumber);
-  cmd->callback([opt] { run_bench_plan(*opt); });
 }
 
 } // namespace tinyscale::app

@@ -171,15 +171,12 @@ void write_json(const std::string& path, const std::string& command, const std::
 }
 
 void run_bench_pp(const BenchPpOptions& opt) {
-  const io::RunConfig config = ranked_bench_config(opt);
+  const io::RunConfig config = bench_config(opt);
   const comm::Backend backend = ranked_bench_backend("pp", opt);
   std::vector<pp::ScheduleKind> kinds;
   for (const std::string& s : opt.schedules) kinds.push_back(pp::parse_schedule(s));
-  std::string extra = " --micro-batches ";
-  for (std::size_t i = 0; i < opt.micro_batches.size(); ++i)
-    extra += (i ? "," : "") + std::to_string(opt.micro_batches[i]);
-  extra += " --schedules ";
-  for (std::size_t i = 0; i < opt.schedules.size(); ++i) extra += (i ? "," : "") + opt.schedules[i];
+  const std::string extra =
+      flag_list(" --micro-batches ", opt.micro_batches) + flag_list(" --schedules ", opt.schedules);
   std::vector<Row> rows;
   std::vector<std::string> skipped;
   auto header = [&](int world_size) {
@@ -237,7 +234,8 @@ void add_bench_pp(CLI::App& bench) {
       "pp", "Pipeline schedules: bubble per rank measured beside the simulator and the formula, "
             "activation peak, step time");
   add_ranked_bench_options(cmd, *opt, "TOML run config (train.batch_size is the global batch)",
-                           "pipeline sizes of the threads backend; under mpirun the world size");
+                           "pipeline sizes of the threads backend; under mpirun the world size",
+                           [opt] { run_bench_pp(*opt); });
   cmd->add_option("--micro-batches", opt->micro_batches, "Micro-batch counts m to measure")
       ->capture_default_str()
       ->delimiter(',')
@@ -249,7 +247,6 @@ void add_bench_pp(CLI::App& bench) {
   cmd->add_option("--chunks", opt->chunks, "Chunks per rank of the interleaved schedule")
       ->capture_default_str()
       ->check(CLI::Range(2, 64));
-  cmd->callback([opt] { run_bench_pp(*opt); });
 }
 
 } // namespace tinyscale::app

@@ -27,11 +27,7 @@ namespace tinyscale::app {
 
 namespace {
 
-struct BenchRecomputeOptions {
-  std::string config = "configs/tiny.toml";
-  std::vector<std::string> overrides;
-  std::int64_t steps = 5;
-  std::int64_t warmup = 1;
+struct BenchRecomputeOptions : BenchOptions {
   std::string json_path;
 };
 
@@ -97,7 +93,7 @@ std::string kib(double bytes) {
 }
 
 void run_bench_recompute(const BenchRecomputeOptions& opt) {
-  const io::RunConfig config = short_bench_config(opt.config, opt.overrides, opt.warmup, opt.steps);
+  const io::RunConfig config = bench_config(opt);
   const auto& m = config.model;
   const std::int64_t rows = config.train.batch_size / config.train.micro_batches;
   std::printf("tinyscale bench recompute --config %s --steps %lld --warmup %lld\n",
@@ -152,17 +148,12 @@ void run_bench_recompute(const BenchRecomputeOptions& opt) {
 
 void add_bench_recompute(CLI::App& bench) {
   auto opt = std::make_shared<BenchRecomputeOptions>();
+  opt->config = "configs/tiny.toml";
+  opt->steps = 5;
   auto* cmd = bench.add_subcommand(
       "recompute", "Activation recompute: step time, one layer's kept bytes and a step's peak per "
                    "mode (none, selective, full), on one rank");
-  cmd->add_option("--config", opt->config, "TOML run config")->capture_default_str();
-  cmd->add_option("--set", opt->overrides, "Override a config key (repeatable)");
-  cmd->add_option("--steps", opt->steps, "Timed steps per mode")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  cmd->add_option("--warmup", opt->warmup, "Untimed steps first")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1000));
+  add_bench_options(cmd, *opt, "TOML run config", "Timed steps per mode");
   cmd->add_option("--json", opt->json_path, "Also write the rows as JSON to FILE");
   cmd->callback([opt] { run_bench_recompute(*opt); });
 }

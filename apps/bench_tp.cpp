@@ -9,24 +9,20 @@
 #include "backend/memory_counter.hpp"
 #include "bench_ranks.hpp"
 #include "comm/counting.hpp"
-#include "comm/launch.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "io/config.hpp"
 #include "median.hpp"
-#include "metrics/peak.hpp"
 #include "tp/model.hpp"
 #include "tp/trainer.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace tinyscale::app {
@@ -51,24 +47,6 @@ struct Row {
   double activation_ratio_formula = 1;    ///< Korthikanti Table 2, per layer
 };
 
-/// The sizes the formulas use: micro-batch rows b, sequence s, hidden h, bytes per element.
-struct Sizes {
-  std::int64_t micro_batches = 1, b = 0, s = 0, h = 0, heads = 0, element_bytes = 4;
-  int n_layer = 0;
-};
-
-Sizes sizes_of(const io::RunConfig& config) {
-  Sizes z;
-  z.micro_batches = config.train.micro_batches;
-  z.b = config.train.batch_size / config.train.micro_batches;
-  z.s = config.train.seq_len;
-  z.h = config.model.n_embd;
-  z.heads = config.model.n_head;
-  z.element_bytes = static_cast<std::int64_t>(dtype_size(config.model.compute_dtype()));
-  z.n_layer = config.model.n_layer;
-  return z;
-}
-
 bool dense(const io::RunConfig& config) {
   for (int layer = 0; layer < config.model.n_layer; ++layer)
     if (config.model.is_moe_layer(layer)) return false;
@@ -77,19 +55,19 @@ bool dense(const io::RunConfig& config) {
 
 /// docs/theory.md sec. 4, as CountingCommunicator counts payload: plain TP all-reduces a [b, s, h]
 /// buffer twice forward and twice backward; SP all-gathers and reduce-scatters it twice each way.
-std::int64_t payload_formula(const Sizes& z, bool sp) {
+std::int64_t payload_formula(const BatchSizes& z, bool sp) {
   return (sp ? 8 : 4) * z.b * z.s * z.h * z.element_bytes * z.micro_batches;
 }
 
 /// Wire bytes per layer, per step and rank, with or without SP: 8·b·s·h·(t-1)/t elements per
 /// micro-batch (docs/theory.md sec. 4), times the element size and the micro-batches.
-double wire_formula(const Sizes& z, int t) {
+double wire_formula(const BatchSizes& z, int t) {
   return 8.0 * static_cast<double>(z.b * z.s * z.h * z.element_bytes * z.micro_batches) * (t - 1) /
          t;
 }
 
 /// Korthikanti 2022 Table 2: activation bytes per layer relative to no parallelism.
-double korthikanti_ratio(const Sizes& z, int t, bool sp) {
+double korthikanti_ratio(const BatchSizes& z, int t, bool sp) {
   const double as_h = static_cast<double>(z.heads * z.s) / static_cast<double>(z.h);
   const double none = 34 + 5 * as_h;
   if (sp) return 1.0 / t;
@@ -129,7 +107,7 @@ Row measure(comm::Communicator& world, const io::RunConfig& config, bool sp,
   double act = cpu ? static_cast<double>(activation_bytes(trainer)) : 0.0, act_max = 0;
   world.all_reduce(&act, &act_max, 1, DType::Float64, comm::ReduceOp::Max);
 
-  const Sizes z = sizes_of(config);
+  const BatchSizes z = batch_sizes(config);
   const int t = world.size();
   const auto steps = static_cast<double>(opt.steps);
   Row row;
@@ -183,11 +161,11 @@ void add_ratios(std::vector<Row>& rows) {
             static_cast<double>(row.activation_bytes) / static_cast<double>(base.activation_bytes);
 }
 
-double per_layer_step(double total, const Sizes& z, std::int64_t steps) {
+double per_layer_step(double total, const BatchSizes& z, std::int64_t steps) {
   return total / static_cast<double>(z.n_layer * steps);
 }
 
-void print_table(const std::vector<Row>& rows, const Sizes& z, std::int64_t steps) {
+void print_table(const std::vector<Row>& rows, const BatchSizes& z, std::int64_t steps) {
   std::printf("| tp | sp | step time (median of %lld) | block payload / layer / step | formula | "
               "block wire / layer / rank | formula | wire / step (all regions) | activation / "
               "rank | ratio to tp=1 | Korthikanti ratio |\n"
@@ -211,7 +189,8 @@ void print_table(const std::vector<Row>& rows, const Sizes& z, std::int64_t step
 }
 
 /// Prints whether every row's measured block traffic (payload and wire) equals the formula.
-void print_check(const std::vector<Row>& rows, const Sizes& z, std::int64_t steps, bool is_dense) {
+void print_check(const std::vector<Row>& rows, const BatchSizes& z, std::int64_t steps,
+                 bool is_dense) {
   if (!is_dense) {
     std::printf("\nblock traffic: the formula is for dense blocks; this model has MoE layers, "
                 "whose all-to-all traffic it does not count\n");
@@ -236,13 +215,9 @@ void print_check(const std::vector<Row>& rows, const Sizes& z, std::int64_t step
                     : "\n");
 }
 
-void write_json(const std::string& path, const std::string& command, const std::string& backend,
-                const std::vector<Row>& rows, const Sizes& z, std::int64_t steps) {
-  nlohmann::json out{{"command", command},
-                     {"cpu", metrics::cpu_model_name()},
-                     {"cores", std::thread::hardware_concurrency()},
-                     {"backend", backend},
-                     {"rows", nlohmann::json::array()}};
+void write_json(const std::string& path, const std::string& command, comm::Backend backend,
+                const std::vector<Row>& rows, const BatchSizes& z, std::int64_t steps) {
+  nlohmann::json out = bench_json(command, backend);
   for (const Row& r : rows)
     out["rows"].push_back(
         {{"tp", r.tp},
@@ -259,29 +234,17 @@ void write_json(const std::string& path, const std::string& command, const std::
          {"activation_ratio",
           r.activation_ratio ? nlohmann::json(*r.activation_ratio) : nlohmann::json(nullptr)},
          {"activation_ratio_formula", r.activation_ratio_formula},
-         {"backend", backend},
+         {"backend", comm::backend_name(backend)},
          {"n_layer", z.n_layer},
          {"b", z.b},
          {"micro_batches", z.micro_batches},
          {"s", z.s},
          {"h", z.h}});
-  std::ofstream file(path);
-  TS_CHECK(file.good(), "bench tp: cannot write --json file '", path,
-           "'; expected a writable path");
-  file << out.dump(2) << "\n";
+  write_bench_json("tp", path, out);
 }
 
 void print_header(const std::string& command, const io::RunConfig& config, int max_ranks) {
-  const auto& m = config.model;
-  const Sizes z = sizes_of(config);
-  std::printf("%s\n", command.c_str());
-  std::printf("model: %d layers, d_model %lld, %d heads, vocab %lld; every tp rank runs the "
-              "whole batch: %lld micro-batch(es) of b = %lld rows x s = %lld tokens, %s\n",
-              m.n_layer, static_cast<long long>(m.n_embd), m.n_head,
-              static_cast<long long>(m.vocab_size), static_cast<long long>(z.micro_batches),
-              static_cast<long long>(z.b), static_cast<long long>(z.s),
-              dtype_name(m.compute_dtype()));
-  print_machine(max_ranks);
+  print_batch_header(command, config, "every tp rank runs the whole batch", max_ranks);
   std::printf(
       "block bytes: region \"block\" of a CountingCommunicator, summed over micro-batches; "
       "payload formula 4·b·s·h (TP) or 8·b·s·h (SP) elements, wire formula 8·b·s·h·(t-1)/t\n"
@@ -291,26 +254,21 @@ void print_header(const std::string& command, const io::RunConfig& config, int m
 }
 
 void run_bench_tp(const BenchTpOptions& opt) {
-  const io::RunConfig config = ranked_bench_config(opt);
+  const io::RunConfig config = bench_config(opt);
   const comm::Backend backend = ranked_bench_backend("tp", opt);
   std::vector<Row> rows;
-  const bool holds_rows = measure_ranked(
-      "tp", "tp size", opt, backend, [&](int t) { check_tp_size(config, t); },
-      [&](int n) {
-        print_header(ranked_bench_command("tp", opt, backend, n), config,
-                     n > 0 ? n : *std::max_element(opt.ranks.begin(), opt.ranks.end()));
-      },
+  const std::string command = measure_ranked(
+      "tp", "tp size", opt, backend, "", [&](int t) { check_tp_size(config, t); },
+      [&](const std::string& c, int max_ranks) { print_header(c, config, max_ranks); },
       [&](comm::Communicator& world) { measure_world(world, config, opt, rows); });
-  if (!holds_rows) return;
+  if (command.empty()) return;
   add_ratios(rows);
-  const Sizes z = sizes_of(config);
+  const BatchSizes z = batch_sizes(config);
   print_table(rows, z, opt.steps);
   print_check(rows, z, opt.steps, dense(config));
   if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.tp == 1; }))
     std::printf("the activation ratio needs the tp = 1 row: run `mpirun -np 1` separately\n");
-  const std::string command = ranked_bench_command("tp", opt, backend, rows.front().tp);
-  if (!opt.json.empty())
-    write_json(opt.json, command, comm::backend_name(backend), rows, z, opt.steps);
+  if (!opt.json.empty()) write_json(opt.json, command, backend, rows, z, opt.steps);
 }
 
 } // namespace
@@ -320,14 +278,11 @@ void add_bench_tp(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
       "tp", "Tensor parallelism: step time, block traffic against docs/theory.md's formula and "
             "measured activation memory, with and without sequence parallelism");
-  auto* ranks = add_ranked_bench_options(
+  add_ranked_bench_options(
       cmd, *opt, "TOML run config (every tp rank runs the whole batch)",
       "tp sizes of the threads backend; under mpirun the world size is the tp size and --ranks, "
-      "when given, must list it");
-  cmd->callback([opt, ranks] {
-    opt->ranks_given = ranks->count() > 0;
-    run_bench_tp(*opt);
-  });
+      "when given, must list it",
+      [opt] { run_bench_tp(*opt); });
 }
 
 } // namespace tinyscale::app

@@ -19,11 +19,8 @@
 namespace tinyscale::app {
 
 namespace {
-struct BenchTrainOptions {
-  std::string config = "configs/bench-cpu.toml";
-  std::vector<std::string> overrides;
-  std::int64_t steps = 5;
-  std::int64_t warmup = 1;
+struct BenchTrainOptions : BenchOptions {
+  BenchTrainOptions() { steps = 5; }
   double peak_gflops = 0;
   int threads = 0; // 0: train.threads, else TINYSCALE_THREADS, else every core
 };
@@ -37,8 +34,7 @@ long minor_page_faults() {
 
 void run_bench_train(const BenchTrainOptions& opt) {
   std::int64_t lowered_from = -1;
-  io::RunConfig config =
-      short_bench_config(opt.config, opt.overrides, opt.warmup, opt.steps, &lowered_from);
+  io::RunConfig config = bench_config(opt, &lowered_from);
   if (lowered_from >= 0)
     std::printf("note: optim.warmup_steps lowered from %lld to %lld for this short run (the "
                 "learning rate does not change the time of a step)\n",
@@ -107,14 +103,7 @@ void run_bench_train(const BenchTrainOptions& opt) {
 void add_bench_train(CLI::App& bench) {
   auto opt = std::make_shared<BenchTrainOptions>();
   auto* cmd = bench.add_subcommand("train", "Training tokens/s and CPU MFU of one config");
-  cmd->add_option("--config", opt->config, "TOML run config")->capture_default_str();
-  cmd->add_option("--set", opt->overrides, "Override a config key (repeatable)");
-  cmd->add_option("--steps", opt->steps, "Timed steps")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  cmd->add_option("--warmup", opt->warmup, "Untimed steps first")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1000));
+  add_bench_options(cmd, *opt, "TOML run config");
   cmd->add_option("--peak-gflops", opt->peak_gflops,
                   "Peak GF/s of one core for MFU (default: the cached `tinyscale bench peak`)");
   cmd->add_option("--threads", opt->threads,

@@ -181,13 +181,11 @@ void write_json(const std::string& path, const std::string& command, const std::
 }
 
 void run_bench_zero(const BenchZeroOptions& opt) {
-  const io::RunConfig config = ranked_bench_config(opt);
+  const io::RunConfig config = bench_config(opt);
   const comm::Backend backend = ranked_bench_backend("zero", opt);
   for (int stage : opt.stages)
     TS_CHECK(stage >= 0 && stage <= 3, "bench zero: expected --stages from 0-3, found ", stage);
-  std::string extra = " --stages ";
-  for (std::size_t i = 0; i < opt.stages.size(); ++i)
-    extra += (i ? "," : "") + std::to_string(opt.stages[i]);
+  std::string extra = flag_list(" --stages ", opt.stages);
   if (opt.no_prefetch) extra += " --no-prefetch";
   std::vector<Row> rows;
   auto header = [&](int world_size) {
@@ -237,13 +235,13 @@ void add_bench_zero(CLI::App& bench) {
       "zero", "ZeRO stages 0-3: memory per rank (allocator) beside Rajbhandari et al.'s formulas, "
               "bytes sent per step beside the formula, step time");
   add_ranked_bench_options(cmd, *opt, "TOML run config (train.batch_size is the global batch)",
-                           "dp sizes of the threads backend; under mpirun the world size");
+                           "dp sizes of the threads backend; under mpirun the world size",
+                           [opt] { run_bench_zero(*opt); });
   cmd->add_option("--stages", opt->stages, "ZeRO stages to measure (0: plain data parallelism)")
       ->capture_default_str()
       ->delimiter(',')
       ->check(CLI::Range(0, 3));
   cmd->add_flag("--no-prefetch", opt->no_prefetch, "Stage 3 without prefetching the next unit");
-  cmd->callback([opt] { run_bench_zero(*opt); });
 }
 
 } // namespace tinyscale::app

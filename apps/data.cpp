@@ -87,10 +87,9 @@ void run_prepare(PrepareCli& cli) {
               static_cast<long long>(r.train_tokens), r.train_shards.size(),
               static_cast<long long>(r.val_tokens), r.val_shards.size(), r.seconds,
               r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0.0, r.threads);
-  if (r.replaced > 0) {
+  if (r.replaced > 0)
     std::printf("replaced %lld invalid UTF-8 sequence(s) by U+FFFD\n",
                 static_cast<long long>(r.replaced));
-  }
   const std::string& dir = cli.options.out_dir;
   const std::string& name = cli.options.name;
   std::printf("train on it with (vocab %lld; a multiple of 64 such as 50304 is faster):\n"
@@ -122,27 +121,22 @@ void run_encode(const EncodeCli& cli) {
   TS_CHECK(cli.file.empty() != cli.text.empty(), "data encode: expected exactly one of FILE ",
            "(- for standard input) and --text, found ", cli.file.empty() ? "neither" : "both");
   std::string text = cli.text;
-  if (cli.file == "-") {
+  if (cli.file == "-")
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else if (!cli.file.empty()) {
+  else if (!cli.file.empty())
     text = io::read_file(cli.file);
-  }
   const data::BpeTokenizer tokenizer = data::BpeTokenizer::load(cli.tokenizer);
   data::BpeCache cache;
   const std::vector<std::int32_t> ids =
       cli.special ? tokenizer.encode_with_special(text) : tokenizer.encode(text, &cache);
   if (cli.show) {
-    for (std::int32_t id : ids) {
+    for (std::int32_t id : ids)
       std::printf("%6d  '%s'\n", id, printable_token(tokenizer.token_bytes(id)).c_str());
-    }
     std::printf("%zu tokens for %zu bytes\n", ids.size(), text.size());
     return;
   }
   std::string line;
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (i > 0) line += ' ';
-    line += std::to_string(ids[i]);
-  }
+  for (std::size_t i = 0; i < ids.size(); ++i) line += (i > 0 ? " " : "") + std::to_string(ids[i]);
   std::printf("%s\n", line.c_str());
 }
 

@@ -33,14 +33,7 @@ std::string positive_size(std::string& text) {
     if (std::stol(text, &used) >= 1 && used == text.size()) return "";
   } catch (const std::exception&) {
   }
-  std::string message = "expected an integer >= 1, found '";
-  message += text;
-  return message + "'";
-}
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() &&
-         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return "expected an integer >= 1, found '" + text + "'";
 }
 
 plan::Device pick_device(const PlanOptions& opt) {
@@ -63,7 +56,7 @@ void run_plan(const PlanOptions& opt) {
   // The model: a run config's [model] (and its batch and sequence length) or a preset.
   plan::ModelShape model;
   std::int64_t batch = opt.batch;
-  if (ends_with(opt.model, ".toml")) {
+  if (opt.model.ends_with(".toml")) {
     const io::RunConfig config = io::load_config(opt.model);
     model = plan::shape_of(config.model, opt.seq > 0 ? opt.seq : config.train.seq_len, opt.model);
     if (batch == 0) batch = config.train.batch_size;
@@ -101,9 +94,8 @@ void run_plan(const PlanOptions& opt) {
   for (const std::string& s : opt.schedules) space.schedules.push_back(pp::parse_schedule(s));
   if (!opt.recompute.empty()) {
     space.recompute.clear();
-    for (const std::string& r : opt.recompute) {
-      space.recompute.push_back(nn::parse_recompute(r)); // the trainers' train.recompute modes
-    }
+    for (const std::string& r : opt.recompute) // the trainers' train.recompute modes
+      space.recompute.push_back(nn::parse_recompute(r));
   }
   space.max_chunks = opt.max_chunks;
   space.order = opt.order;
@@ -163,8 +155,7 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--device", opt->device, "a100, h100 or cpu (measured GEMM peak, fp32)")
       ->capture_default_str();
   cmd->add_option("--memory", opt->memory_gib,
-                  "Memory budget per device in GiB (default: the "
-                  "device's)")
+                  "Memory budget per device in GiB (default: the device's)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--kernel-tflops", opt->kernel_tflops,
                   "Sustained matmul rate per device, TF/s (replaces the device table's)")

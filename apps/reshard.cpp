@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <tuple>
 
 namespace tinyscale::app {
 
@@ -135,18 +136,12 @@ void add_reshard(CLI::App& app) {
   cmd->add_option("--checkpoint", opt->checkpoint,
                   "A checkpoint root (its `latest`) or step directory")
       ->capture_default_str();
-  cmd->add_option("--dp", opt->shape.dp, "Data-parallel ranks (each its own rows; ep inside)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--tp", opt->shape.tp, "Tensor-parallel ranks")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--pp", opt->shape.pp, "Pipeline stages")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--ep", opt->shape.ep, "Expert-parallel ranks (dividing --dp)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
+  for (auto [flag, size, help] :
+       {std::tuple{"--dp", &opt->shape.dp, "Data-parallel ranks (each its own rows; ep inside)"},
+        std::tuple{"--tp", &opt->shape.tp, "Tensor-parallel ranks"},
+        std::tuple{"--pp", &opt->shape.pp, "Pipeline stages"},
+        std::tuple{"--ep", &opt->shape.ep, "Expert-parallel ranks (dividing --dp)"}})
+    cmd->add_option(flag, *size, help)->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--chunks", opt->chunks, "Model chunks per pipeline rank (interleaved)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <unistd.h>
@@ -323,6 +324,29 @@ void report_memory(const TrainOptions& opt, const std::vector<fourd::MemoryRow>&
   TS_CHECK(metrics.good(), "train --memory: cannot append to --metrics file ", opt.metrics_path);
 }
 
+// One rank's run (`world` null: the single-rank one): `make` builds it, the loop trains it, under
+// a RankMemoryWatch with --memory or train.memory_cap_mib; a cap exceeded is explained.
+void run_rank(const TrainOptions& opt, const io::RunConfig& config, comm::Communicator* world,
+              int threads, const std::function<std::unique_ptr<train::RankRun>()>& make) {
+  const std::int64_t cap = fourd::memory_cap_bytes(config); // train.memory_cap_mib
+  const int rank = world != nullptr ? world->rank() : 0;
+  std::optional<fourd::RankMemoryWatch> watch; // (on this rank's thread)
+  if (opt.memory || cap > 0) watch.emplace(cap);
+  try {
+    std::unique_ptr<train::RankRun> run = make();
+    if (watch) watch->built();
+    run_loop(opt, config, *run, rank == 0, world != nullptr ? world->size() : 1, threads,
+             watch ? &*watch : nullptr);
+    run->finish();
+  } catch (const MemoryCapExceeded& e) {
+    watch->lift_cap();
+    throw Error(fourd::explain_cap(e, watch->phase(), rank, opt.plan, config));
+  }
+  if (!opt.memory) return;
+  const auto rows = fourd::gather_memory_rows(world, opt.plan, config, watch->measured());
+  if (rank == 0) report_memory(opt, rows);
+}
+
 void run_train(TrainOptions opt) {
   if (opt.list_keys) {
     std::cout << io::describe_keys();
@@ -388,47 +412,20 @@ void run_train(TrainOptions opt) {
                         ? std::max(1, launch.cpus_per_task / plan.threads_world())
                         : launch.cpus_per_task;
   if (one_rank) { // the single-rank reference of chapter 02, without any wrapper
-    const std::int64_t cap = fourd::memory_cap_bytes(config); // train.memory_cap_mib
     const int per_rank = train::threads_per_rank(config.train, 1, launch.cpus_per_task);
     cpu::IntraOpThreads intra_op(per_rank);
-    std::optional<fourd::RankMemoryWatch> watch;
-    if (opt.memory || cap > 0) watch.emplace(cap);
-    try {
-      std::unique_ptr<train::RankRun> run = train::make_single_rank_run(config);
-      if (watch) watch->built();
-      run_loop(opt, config, *run, true, 1, per_rank, watch ? &*watch : nullptr);
-      run->finish();
-    } catch (const MemoryCapExceeded& e) {
-      watch->lift_cap();
-      throw Error(fourd::explain_cap(e, watch->phase(), 0, plan, config));
-    }
-    if (opt.memory)
-      report_memory(opt, fourd::gather_memory_rows(nullptr, plan, config, watch->measured()));
+    run_rank(opt, config, nullptr, per_rank, [&] { return train::make_single_rank_run(config); });
     return;
   }
   const int per_rank = train::threads_per_rank(config.train, sharing, given);
-  const std::int64_t cap = fourd::memory_cap_bytes(config); // train.memory_cap_mib
   comm::run_world(backend, plan.threads_world(), [&](comm::Communicator& world) {
     cpu::IntraOpThreads intra_op(per_rank); // on this rank's thread, for its whole run
     if (!threads) { // where every rank landed, before the run's first collective
       fourd::check_plan(plan.for_world(world.size()), config, opt.trace_path);
       print_host_map(plan, config.train, world, backend, per_rank);
     }
-    std::optional<fourd::RankMemoryWatch> watch; // (on this rank's thread)
-    if (opt.memory || cap > 0) watch.emplace(cap);
-    try {
-      std::unique_ptr<train::RankRun> run = fourd::make_run(plan, config, world, opt.trace_path);
-      if (watch) watch->built();
-      run_loop(opt, config, *run, world.rank() == 0, world.size(), per_rank,
-               watch ? &*watch : nullptr);
-      run->finish();
-    } catch (const MemoryCapExceeded& e) {
-      watch->lift_cap();
-      throw Error(fourd::explain_cap(e, watch->phase(), world.rank(), plan, config));
-    }
-    if (!opt.memory) return;
-    const auto rows = fourd::gather_memory_rows(&world, plan, config, watch->measured());
-    if (world.rank() == 0) report_memory(opt, rows);
+    run_rank(opt, config, &world, per_rank,
+             [&] { return fourd::make_run(plan, config, world, opt.trace_path); });
   });
 }
 
