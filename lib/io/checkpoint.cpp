@@ -292,19 +292,6 @@ std::string older_checkpoints(const fs::path& step_dir) {
          "; resume from one with --resume " + (root / checkpoint_dir_name(older.back())).string();
 }
 
-Checkpoint read_verified(const fs::path& dir);
-} // namespace
-
-Checkpoint read_checkpoint(const std::string& path) {
-  const fs::path dir = resolve_step_dir(path);
-  try {
-    return read_verified(dir);
-  } catch (const Error& e) {
-    throw Error(e.what() + older_checkpoints(dir));
-  }
-}
-
-namespace {
 Checkpoint read_verified(const fs::path& dir) {
   const json manifest = read_manifest(dir);
   const std::string manifest_path = (dir / "manifest.json").string();
@@ -337,5 +324,14 @@ Checkpoint read_verified(const fs::path& dir) {
   return checkpoint;
 }
 } // namespace
+
+Checkpoint read_checkpoint(const std::string& path) {
+  const fs::path dir = resolve_step_dir(path);
+  try {
+    return read_verified(dir);
+  } catch (const Error& e) {
+    throw Error(e.what() + older_checkpoints(dir));
+  }
+}
 
 } // namespace tinyscale::io
