@@ -72,12 +72,7 @@ struct Problem {
 };
 
 std::string location(const std::string& source, const toml::source_region& region) {
-  std::string out = source;
-  out += ":";
-  out += std::to_string(region.begin.line);
-  out += ":";
-  out += std::to_string(region.begin.column);
-  return out;
+  return detail::concat(source, ":", region.begin.line, ":", region.begin.column);
 }
 
 void walk(const toml::table& table, const std::string& prefix, const std::string& source,

@@ -46,20 +46,8 @@ std::string Progress::line(std::int64_t done, const std::string& status) const {
     const double per_step = (t - first_time_) / static_cast<double>(done - first_done_);
     eta = format_duration(per_step * static_cast<double>(total_ - done));
   }
-  std::string s = std::to_string(done);
-  s += "/";
-  s += std::to_string(total_);
-  s += " ";
-  s += std::to_string(percent);
-  s += "% elapsed ";
-  s += format_duration(t - start_);
-  s += " ETA ";
-  s += eta;
-  if (!status.empty()) {
-    s += " | ";
-    s += status;
-  }
-  return s;
+  return detail::concat(done, "/", total_, " ", percent, "% elapsed ", format_duration(t - start_),
+                        " ETA ", eta, status.empty() ? "" : " | ", status);
 }
 
 void Progress::update(std::int64_t done, const std::string& status) {
