@@ -26,11 +26,7 @@ using json = nlohmann::json;
 constexpr std::array<const char*, 2> kFiles = {"model.safetensors", "optimizer.safetensors"};
 
 std::string hidden_name(const std::string& name, const char* tag) {
-  std::string hidden = ".";
-  hidden += name;
-  hidden += tag;
-  hidden += std::to_string(::getpid());
-  return hidden;
+  return detail::concat(".", name, tag, ::getpid());
 }
 
 // The pid in the name of a hidden entry that write_checkpoint leaves when its writer is killed
