@@ -69,11 +69,9 @@ void Progress::update(std::int64_t done, const std::string& status) {
     return;
   }
   const auto filled = total_ > 0 ? static_cast<int>(kBarWidth * done / total_) : kBarWidth;
-  std::string bar = "[";
-  bar.append(static_cast<std::size_t>(filled), '#');
-  bar.append(static_cast<std::size_t>(kBarWidth - filled), '.');
-  bar += "] ";
-  bar += text;
+  std::string bar =
+      detail::concat("[", std::string(static_cast<std::size_t>(filled), '#'),
+                     std::string(static_cast<std::size_t>(kBarWidth - filled), '.'), "] ", text);
   const std::size_t width = bar.size();
   if (width < last_width_) bar.append(last_width_ - width, ' '); // blank a longer old line
   out_ << "\r" << bar;
