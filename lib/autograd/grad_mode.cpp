@@ -8,12 +8,8 @@ thread_local bool t_grad_enabled = true;
 
 bool grad_enabled() { return t_grad_enabled; }
 
-NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+GradModeGuard::GradModeGuard(bool enabled) : previous_(t_grad_enabled) { t_grad_enabled = enabled; }
 
-NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
-
-EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
-
-EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
+GradModeGuard::~GradModeGuard() { t_grad_enabled = previous_; }
 
 } // namespace tinyscale

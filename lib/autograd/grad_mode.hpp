@@ -7,29 +7,28 @@ namespace tinyscale {
 /// True when ops on this thread record the backward graph.
 bool grad_enabled();
 
-/// RAII scope in which ops record nothing (evaluation, optimizer steps, collectives' buffers).
-class NoGradGuard {
+/// RAII scope that sets whether ops on this thread record the graph, and restores the previous
+/// setting when it ends.
+class GradModeGuard {
 public:
-  NoGradGuard();
-  ~NoGradGuard();
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
 private:
   bool previous_;
 };
 
+/// RAII scope in which ops record nothing (evaluation, optimizer steps, collectives' buffers).
+struct NoGradGuard : GradModeGuard {
+  NoGradGuard() : GradModeGuard(false) {}
+};
+
 /// RAII scope in which ops record the graph again: a backward closure (which runs under
 /// NoGradGuard) that re-runs a forward to differentiate it (activation recompute).
-class EnableGradGuard {
-public:
-  EnableGradGuard();
-  ~EnableGradGuard();
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
-
-private:
-  bool previous_;
+struct EnableGradGuard : GradModeGuard {
+  EnableGradGuard() : GradModeGuard(true) {}
 };
 
 } // namespace tinyscale

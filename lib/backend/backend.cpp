@@ -64,8 +64,4 @@ void Backend::attention_backward(const Tensor&, const Tensor&, const Tensor&, co
            " backend; call scaled_dot_product_attention instead of flash_attention");
 }
 
-void register_backend(Device::Kind kind, Backend* backend) {
-  registry()[static_cast<std::size_t>(kind)] = backend;
-}
-
 } // namespace tinyscale

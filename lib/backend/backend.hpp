@@ -185,7 +185,5 @@ inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
 /// The device whose memory `ptr` points into: the device of the backend that owns() it, else the
 /// host. For code that is handed raw buffers (a communicator) and must move them the right way.
 Device memory_of(const void* ptr);
-/// Installs the backend for a device kind (the CUDA backend registers itself at start-up).
-void register_backend(Device::Kind kind, Backend* backend);
 
 } // namespace tinyscale

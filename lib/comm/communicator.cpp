@@ -37,6 +37,28 @@ CommOptions default_comm_options() {
   return options;
 }
 
+void Communicator::all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
+                              ReduceOp op) {
+  all_reduce_async(send, recv, count, dtype, op)->wait();
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::int64_t recv_count,
+                                  DType dtype, ReduceOp op) {
+  reduce_scatter_async(send, recv, recv_count, dtype, op)->wait();
+}
+
+void Communicator::all_gather(const void* send, void* recv, std::int64_t send_count, DType dtype) {
+  all_gather_async(send, recv, send_count, dtype)->wait();
+}
+
+void Communicator::send(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) {
+  isend(buffer, count, dtype, peer, tag)->wait();
+}
+
+void Communicator::recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) {
+  irecv(buffer, count, dtype, peer, tag)->wait();
+}
+
 void Communicator::send_recv(const void* send, std::int64_t send_count, int dst, void* recv,
                              std::int64_t recv_count, int src, DType dtype, int tag) {
   // Post the send first so that two ranks exchanging with each other never both block in recv.

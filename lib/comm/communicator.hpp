@@ -95,16 +95,18 @@ public:
   virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
 
   // ---- collectives (count in elements; `send == recv` means in place) ---------------------
+  // all_reduce, reduce_scatter, all_gather, send and recv default to their async variant, waited
+  // for.
   /// recv[i] = op over ranks of send[i], for i < count; every rank gets the same result.
   virtual void all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
-                          ReduceOp op) = 0;
+                          ReduceOp op);
   /// `send` holds size() blocks of `recv_count` elements; rank r receives block r reduced over
   /// ranks. In place when recv == send + rank() * recv_count elements.
   virtual void reduce_scatter(const void* send, void* recv, std::int64_t recv_count, DType dtype,
-                              ReduceOp op) = 0;
+                              ReduceOp op);
   /// Every rank receives the size() blocks of `send_count` elements, in rank order. In place when
   /// send == recv + rank() * send_count elements.
-  virtual void all_gather(const void* send, void* recv, std::int64_t send_count, DType dtype) = 0;
+  virtual void all_gather(const void* send, void* recv, std::int64_t send_count, DType dtype);
   /// Copies `root`'s buffer to every rank.
   virtual void broadcast(void* buffer, std::int64_t count, DType dtype, int root) = 0;
   /// Block j of `send` (count_per_rank elements) goes to rank j; block i of `recv` came from
@@ -122,9 +124,9 @@ public:
 
   // ---- point to point (tag >= 0) ----------------------------------------------------------
   /// Sends `count` elements to group rank `peer`; matched by a recv with the same tag.
-  virtual void send(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) = 0;
+  virtual void send(const void* buffer, std::int64_t count, DType dtype, int peer, int tag);
   /// Receives exactly `count` elements from `peer`; a message of another size is an Error.
-  virtual void recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) = 0;
+  virtual void recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag);
   /// Sends to `dst` and receives from `src` at once (a ring step; cannot deadlock).
   virtual void send_recv(const void* send, std::int64_t send_count, int dst, void* recv,
                          std::int64_t recv_count, int src, DType dtype, int tag);

@@ -67,15 +67,25 @@ std::vector<std::int64_t> call_signature_v(int group_size, DType dtype,
   return sig;
 }
 
-std::exception_ptr validate_call(const std::function<void()>& validate,
-                                 std::vector<std::int64_t>& signature) {
+void check_group_call(const Communicator& comm, bool checking, const std::string& op,
+                      std::vector<std::int64_t> signature, const std::function<void()>& validate,
+                      const GatherSignatures& gather) {
+  if (!checking) {
+    if (validate) validate();
+    return;
+  }
+  // This rank's own checks run first but throw only after the all-gather, which every rank must
+  // join: otherwise one rank's bad argument would leave the others waiting in it.
+  std::exception_ptr invalid;
   try {
-    validate();
-    return nullptr;
+    if (validate) validate();
   } catch (...) {
     signature[kInvalid] = 1;
-    return std::current_exception();
+    invalid = std::current_exception();
   }
+  const std::vector<std::int64_t> gathered = gather(signature);
+  if (invalid) std::rethrow_exception(invalid);
+  check_signatures(comm, op, gathered);
 }
 
 void check_disjoint(const Communicator& comm, const char* op, const void* send,

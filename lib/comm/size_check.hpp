@@ -41,12 +41,17 @@ std::vector<std::int64_t> call_signature_v(int group_size, DType dtype,
                                            const std::vector<std::int64_t>& send_counts,
                                            const std::vector<std::int64_t>& recv_counts);
 
-/// Runs `validate`, this rank's own checks of a call (counts in range, buffers that do not
-/// overlap, ...). When it throws, marks `signature` as the call of an invalid rank and returns the
-/// exception; nullptr when the call is valid. The caller joins the checking all-gather either way,
-/// then rethrows it, so the other ranks raise an Error too instead of waiting in the collective.
-std::exception_ptr validate_call(const std::function<void()>& validate,
-                                 std::vector<std::int64_t>& signature);
+/// All-gathers one signature per rank (each rank's, in rank order), on the backend's own terms.
+using GatherSignatures = std::function<std::vector<std::int64_t>(const std::vector<std::int64_t>&)>;
+
+/// Runs `validate`, this rank's own checks of a call of `op` (counts in range, buffers that do
+/// not overlap, ...; it may throw). In checking mode (`checking`) a failure marks `signature` as
+/// the call of an invalid rank, `gather` all-gathers the signatures, and only then is the Error
+/// rethrown or the signatures compared, so that an invalid call on one rank, or ranks that
+/// disagree, raise an Error on every rank instead of leaving the others to time out.
+void check_group_call(const Communicator& comm, bool checking, const std::string& op,
+                      std::vector<std::int64_t> signature, const std::function<void()>& validate,
+                      const GatherSignatures& gather);
 
 /// Checks that `send` and `recv` (`send_count` and `recv_count` elements of `dtype`) share no
 /// byte: an Error naming `op`, `comm` and both ranges when they do.

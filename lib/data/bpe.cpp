@@ -113,8 +113,7 @@ int byte_of(char32_t cp) {
 }
 
 bool is_special_name(const std::string& token) {
-  return token.size() > 4 && token.rfind("<|", 0) == 0 &&
-         token.compare(token.size() - 2, 2, "|>") == 0;
+  return token.size() > 4 && token.starts_with("<|") && token.ends_with("|>");
 }
 
 json parse_json(std::string_view text, const std::string& file) {

@@ -69,12 +69,6 @@ void check_options(const PrepareOptions& o) {
            "or pass --force to replace it");
 }
 
-} // namespace
-
-namespace {
-std::vector<std::string> list_text_files_unchecked(const std::vector<std::string>& inputs);
-PrepareReport prepare_shards_unchecked(const BpeTokenizer& tokenizer, const PrepareOptions& o);
-
 // Runs `f`, turning the std::filesystem errors it throws (a folder that cannot be read, a full
 // disk) into tinyscale::Error, which names the path and is what every caller expects.
 template <typename F> auto filesystem_errors_as_error(F f) {
@@ -85,13 +79,7 @@ template <typename F> auto filesystem_errors_as_error(F f) {
                 "; check the path and its permissions, and the free space");
   }
 }
-} // namespace
 
-std::vector<std::string> list_text_files(const std::vector<std::string>& inputs) {
-  return filesystem_errors_as_error([&] { return list_text_files_unchecked(inputs); });
-}
-
-namespace {
 std::vector<std::string> list_text_files_unchecked(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const std::string& input : inputs) {
@@ -118,39 +106,7 @@ std::vector<std::string> list_text_files_unchecked(const std::vector<std::string
   }
   return files;
 }
-} // namespace
 
-std::vector<std::size_t> safe_cuts(std::string_view text, std::int64_t chunk_bytes) {
-  std::vector<std::size_t> cuts;
-  const auto step = static_cast<std::size_t>(std::max<std::int64_t>(chunk_bytes, 1));
-  std::size_t from = step;
-  while (from < text.size()) {
-    // The first '\n' at or after from - 1 with a printable character after it and, before it,
-    // a printable one (cut after the '\n') or "\r" after a printable one (cut between '\r' and
-    // '\n': "X\r" | "\nY" gives the pieces "\r", "\n" of the whole text, where "X\r\n" | "Y"
-    // would give "\r\n").
-    std::size_t cut = 0;
-    for (std::size_t p = text.find('\n', from - 1); p != std::string_view::npos && cut == 0;
-         p = text.find('\n', p + 1)) {
-      if (p < 1 || p + 1 >= text.size() || !printable(text[p + 1])) continue;
-      if (printable(text[p - 1])) {
-        cut = p + 1;
-      } else if (text[p - 1] == '\r' && p >= 2 && printable(text[p - 2])) {
-        cut = p;
-      }
-    }
-    if (cut == 0) break;
-    cuts.push_back(cut);
-    from = cut + step;
-  }
-  return cuts;
-}
-
-PrepareReport prepare_shards(const BpeTokenizer& tokenizer, const PrepareOptions& o) {
-  return filesystem_errors_as_error([&] { return prepare_shards_unchecked(tokenizer, o); });
-}
-
-namespace {
 PrepareReport prepare_shards_unchecked(const BpeTokenizer& tokenizer, const PrepareOptions& o) {
   check_options(o);
   const auto start = std::chrono::steady_clock::now();
@@ -331,6 +287,41 @@ PrepareReport prepare_shards_unchecked(const BpeTokenizer& tokenizer, const Prep
   }
   return report;
 }
+
 } // namespace
+
+std::vector<std::string> list_text_files(const std::vector<std::string>& inputs) {
+  return filesystem_errors_as_error([&] { return list_text_files_unchecked(inputs); });
+}
+
+std::vector<std::size_t> safe_cuts(std::string_view text, std::int64_t chunk_bytes) {
+  std::vector<std::size_t> cuts;
+  const auto step = static_cast<std::size_t>(std::max<std::int64_t>(chunk_bytes, 1));
+  std::size_t from = step;
+  while (from < text.size()) {
+    // The first '\n' at or after from - 1 with a printable character after it and, before it,
+    // a printable one (cut after the '\n') or "\r" after a printable one (cut between '\r' and
+    // '\n': "X\r" | "\nY" gives the pieces "\r", "\n" of the whole text, where "X\r\n" | "Y"
+    // would give "\r\n").
+    std::size_t cut = 0;
+    for (std::size_t p = text.find('\n', from - 1); p != std::string_view::npos && cut == 0;
+         p = text.find('\n', p + 1)) {
+      if (p < 1 || p + 1 >= text.size() || !printable(text[p + 1])) continue;
+      if (printable(text[p - 1])) {
+        cut = p + 1;
+      } else if (text[p - 1] == '\r' && p >= 2 && printable(text[p - 2])) {
+        cut = p;
+      }
+    }
+    if (cut == 0) break;
+    cuts.push_back(cut);
+    from = cut + step;
+  }
+  return cuts;
+}
+
+PrepareReport prepare_shards(const BpeTokenizer& tokenizer, const PrepareOptions& o) {
+  return filesystem_errors_as_error([&] { return prepare_shards_unchecked(tokenizer, o); });
+}
 
 } // namespace tinyscale::data

@@ -26,11 +26,7 @@ using json = nlohmann::json;
 constexpr std::array<const char*, 2> kFiles = {"model.safetensors", "optimizer.safetensors"};
 
 std::string hidden_name(const std::string& name, const char* tag) {
-  std::string hidden = ".";
-  hidden += name;
-  hidden += tag;
-  hidden += std::to_string(::getpid());
-  return hidden;
+  return detail::concat(".", name, tag, ::getpid());
 }
 
 // The pid in the name of a hidden entry that write_checkpoint leaves when its writer is killed
@@ -292,19 +288,6 @@ std::string older_checkpoints(const fs::path& step_dir) {
          "; resume from one with --resume " + (root / checkpoint_dir_name(older.back())).string();
 }
 
-Checkpoint read_verified(const fs::path& dir);
-} // namespace
-
-Checkpoint read_checkpoint(const std::string& path) {
-  const fs::path dir = resolve_step_dir(path);
-  try {
-    return read_verified(dir);
-  } catch (const Error& e) {
-    throw Error(e.what() + older_checkpoints(dir));
-  }
-}
-
-namespace {
 Checkpoint read_verified(const fs::path& dir) {
   const json manifest = read_manifest(dir);
   const std::string manifest_path = (dir / "manifest.json").string();
@@ -337,5 +320,14 @@ Checkpoint read_verified(const fs::path& dir) {
   return checkpoint;
 }
 } // namespace
+
+Checkpoint read_checkpoint(const std::string& path) {
+  const fs::path dir = resolve_step_dir(path);
+  try {
+    return read_verified(dir);
+  } catch (const Error& e) {
+    throw Error(e.what() + older_checkpoints(dir));
+  }
+}
 
 } // namespace tinyscale::io

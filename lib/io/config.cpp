@@ -3,6 +3,7 @@
 #include "io/config.hpp"
 
 #include "core/error.hpp"
+#include "data/bpe.hpp"
 #include "io/config_keys.hpp"
 #include "io/config_validate.hpp"
 #include "io/file.hpp"
@@ -71,12 +72,7 @@ struct Problem {
 };
 
 std::string location(const std::string& source, const toml::source_region& region) {
-  std::string out = source;
-  out += ":";
-  out += std::to_string(region.begin.line);
-  out += ":";
-  out += std::to_string(region.begin.column);
-  return out;
+  return detail::concat(source, ":", region.begin.line, ":", region.begin.column);
 }
 
 void walk(const toml::table& table, const std::string& prefix, const std::string& source,
@@ -106,39 +102,6 @@ void walk(const toml::table& table, const std::string& prefix, const std::string
                                   nearest_config_name(name, node.is_table()) + "'?"});
     }
   }
-}
-
-// The offset of the first byte of `text` that is not UTF-8 (overlong forms, surrogates and code
-// points past U+10FFFF included), or npos. TOML strings are Unicode: a value with such a byte
-// could be set from the command line but never written back by to_toml.
-std::size_t invalid_utf8_at(std::string_view text) {
-  constexpr std::uint32_t kSmallest[] = {0, 0x80, 0x800, 0x10000}; // by continuation bytes
-  for (std::size_t i = 0; i < text.size();) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    int more = 0; // continuation bytes after the lead byte
-    std::uint32_t code = lead;
-    if (lead >= 0xF0 && lead < 0xF8) {
-      more = 3;
-      code = lead & 0x07u;
-    } else if (lead >= 0xE0 && lead < 0xF0) {
-      more = 2;
-      code = lead & 0x0Fu;
-    } else if (lead >= 0xC0 && lead < 0xE0) {
-      more = 1;
-      code = lead & 0x1Fu;
-    } else if (lead >= 0x80) {
-      return i;
-    }
-    if (more > 0 && i + static_cast<std::size_t>(more) >= text.size()) return i; // cut short
-    for (int k = 1; k <= more; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + static_cast<std::size_t>(k)]);
-      if ((next & 0xC0u) != 0x80u) return i;
-      code = code << 6 | (next & 0x3Fu);
-    }
-    if (code < kSmallest[more] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
-    i += static_cast<std::size_t>(more) + 1;
-  }
-  return std::string_view::npos;
 }
 
 void apply_override(const std::string& text, RunConfig& run) {
@@ -171,8 +134,10 @@ void apply_override(const std::string& text, RunConfig& run) {
   const bool stringy = key->type() == "string" || key->type() == "dtype";
   // A string key takes bare text (data.source=text) unless the value is a quoted TOML string.
   if (stringy && !(is_toml && parsed["value"].is_string())) {
-    const std::size_t bad = invalid_utf8_at(value);
-    TS_CHECK(bad == std::string_view::npos, where, ": ", name,
+    // TOML strings are Unicode: a value with a byte that is not UTF-8 could be set here but
+    // never written back by to_toml.
+    const std::int64_t bad = data::first_invalid_utf8(value);
+    TS_CHECK(bad < 0, where, ": ", name,
              ": expected UTF-8 text (TOML strings are Unicode), found the byte 0x", std::hex,
              static_cast<unsigned>(static_cast<unsigned char>(value[bad])), std::dec, " at offset ",
              bad, " of the value; pass the text in UTF-8");

@@ -32,12 +32,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
            "' (a directory); name the file to write");
   // Same directory as the target, so that rename() never crosses file systems.
   std::random_device entropy;
-  std::string name = ".";
-  name += target.filename().string();
-  name += ".tmp-";
-  name += std::to_string(::getpid());
-  name += "-";
-  name += std::to_string(entropy());
+  const std::string name =
+      detail::concat(".", target.filename().string(), ".tmp-", ::getpid(), "-", entropy());
   temp_path_ = (fs::path(parent_dir(path_)) / name).string();
   file_ = std::fopen(temp_path_.c_str(), "wb");
   TS_CHECK(file_ != nullptr, "AtomicFile: expected to create '", temp_path_, "' next to '", path_,

@@ -55,11 +55,6 @@ std::vector<Gpt2Tensor> gpt2_tensors(const nn::ModelConfig& c) {
   return out;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // GPT-2's causal-mask buffers "h.N.attn.bias" and "h.N.attn.masked_bias" are not parameters.
 bool is_mask_buffer(const std::string& name) {
   if (name.rfind("h.", 0) != 0) return false;
@@ -140,7 +135,7 @@ void export_hf(const std::string& dir, const nn::ModelConfig& config,
   NamedTensors out;
   for (const Gpt2Tensor& want : expected) {
     auto it = given.find(want.name);
-    if (it == given.end() && !config.bias && ends_with(want.name, ".bias")) {
+    if (it == given.end() && !config.bias && want.name.ends_with(".bias")) {
       // model.bias = false: the model has no biases, and a zero bias is exactly no bias.
       out.emplace_back(want.name, Tensor::zeros(want.shape, DType::Float32));
       continue;

@@ -71,17 +71,12 @@ Entry parse_entry(const std::string& name, const json& value, const std::string&
   e.name = name;
   const json& dtype = value["dtype"];
   const std::string code = dtype.is_string() ? dtype.get<std::string>() : dtype.dump();
-  if (code == "F32")
-    e.dtype = DType::Float32;
-  else if (code == "F64")
-    e.dtype = DType::Float64;
-  else if (code == "I64")
-    e.dtype = DType::Int64;
-  else if (code == "BF16")
-    e.dtype = DType::BFloat16;
-  else
-    TS_CHECK(false, where(origin), what, ": expected dtype F32, F64, BF16 or I64, found ", code,
-             "; convert the file to float32 first (tinyscale reads no other element types)");
+  const auto known = {DType::Float32, DType::Float64, DType::Int64, DType::BFloat16};
+  const auto it =
+      std::find_if(known.begin(), known.end(), [&](DType d) { return code == format_dtype(d); });
+  TS_CHECK(it != known.end(), where(origin), what, ": expected dtype F32, F64, BF16 or I64, found ",
+           code, "; convert the file to float32 first (tinyscale reads no other element types)");
+  e.dtype = *it;
   TS_CHECK(value["shape"].is_array(), where(origin), what,
            ": expected shape to be an array, found ", value["shape"].dump());
   // `span` is the byte size with every 0 counted as 1: it bounds the strides too, so a shape such

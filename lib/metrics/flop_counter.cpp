@@ -15,8 +15,6 @@ thread_local std::int64_t t_matmul_flops = 0;
 
 void add_matmul_flops(std::int64_t flops) { t_matmul_flops += flops; }
 
-std::int64_t thread_matmul_flops() { return t_matmul_flops; }
-
 FlopCounter::FlopCounter() : start_(t_matmul_flops), owner_(std::this_thread::get_id()) {}
 
 std::int64_t FlopCounter::flops() const {

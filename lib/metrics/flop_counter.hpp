@@ -13,9 +13,6 @@ namespace tinyscale::metrics {
 /// Adds `flops` to this thread's running total (called by detail::gemm; not for general use).
 void add_matmul_flops(std::int64_t flops);
 
-/// The matmul FLOPs run on this thread since it started (monotonic; never reset).
-std::int64_t thread_matmul_flops();
-
 /// Counts the matmul FLOPs run on the creating thread while it lives; scopes nest, and each one
 /// sees everything run during its own lifetime (an outer scope includes its inner scopes' share).
 class FlopCounter {

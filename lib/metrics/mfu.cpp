@@ -21,29 +21,17 @@ std::string fixed(double value, int decimals) {
 Peak cuda_peak(Device device, std::string_view precision) {
   const auto devices = cuda_devices();
   const bool visible = device.index >= 0 && device.index < static_cast<int>(devices.size());
-  if (!visible) {
-    std::string why = device.str();
-    why += " is not visible (";
-    why += devices.empty() ? cuda_unavailable_reason() : "index out of range";
-    why += "); pass --peak-gflops";
-    return {std::nullopt, why};
-  }
+  if (!visible)
+    return {std::nullopt,
+            detail::concat(device.str(), " is not visible (",
+                           devices.empty() ? cuda_unavailable_reason() : "index out of range",
+                           "); pass --peak-gflops")};
   const std::string& name = devices[static_cast<std::size_t>(device.index)].name;
-  if (auto flops = gpu_peak_flops(name, precision)) {
-    std::string source = name;
-    source += " ";
-    source += precision;
-    source += " table peak ";
-    source += fixed(*flops * 1e-12, 1);
-    source += " TF/s";
-    return {flops, source};
-  }
-  std::string why = "no table entry for ";
-  why += name;
-  why += " in ";
-  why += precision;
-  why += "; pass --peak-gflops";
-  return {std::nullopt, why};
+  if (auto flops = gpu_peak_flops(name, precision))
+    return {flops, detail::concat(name, " ", precision, " table peak ", fixed(*flops * 1e-12, 1),
+                                  " TF/s")};
+  return {std::nullopt,
+          detail::concat("no table entry for ", name, " in ", precision, "; pass --peak-gflops")};
 }
 
 } // namespace
@@ -52,25 +40,15 @@ Peak resolve_peak(double override_gflops, Device device, std::string_view precis
   TS_CHECK(std::isfinite(override_gflops) && override_gflops >= 0,
            "--peak-gflops: expected a positive GF/s figure (or 0 for none), found ",
            override_gflops);
-  if (override_gflops > 0) {
-    std::string source = "--peak-gflops ";
-    source += fixed(override_gflops, 1);
-    source += " GF/s";
-    return {override_gflops * 1e9, source};
-  }
+  if (override_gflops > 0)
+    return {override_gflops * 1e9, "--peak-gflops " + fixed(override_gflops, 1) + " GF/s"};
   if (device.kind == Device::Kind::CUDA) return cuda_peak(device, precision);
-  if (precision != "fp32" && precision != "float32") {
-    std::string why = "the measured CPU peak is float32, the run is ";
-    why += precision;
-    why += "; pass --peak-gflops";
-    return {std::nullopt, why};
-  }
-  if (auto cpu = cached_cpu_peak()) {
-    std::string source = "measured CPU GEMM peak ";
-    source += fixed(cpu->flops * 1e-9, 1);
-    source += " GF/s (tinyscale bench peak)";
-    return {cpu->flops, source};
-  }
+  if (precision != "fp32" && precision != "float32")
+    return {std::nullopt, detail::concat("the measured CPU peak is float32, the run is ", precision,
+                                         "; pass --peak-gflops")};
+  if (auto cpu = cached_cpu_peak())
+    return {cpu->flops, "measured CPU GEMM peak " + fixed(cpu->flops * 1e-9, 1) +
+                            " GF/s (tinyscale bench peak)"};
   return {std::nullopt, "run `tinyscale bench peak` or pass --peak-gflops"};
 }
 
@@ -88,21 +66,10 @@ std::optional<double> mfu(double flops_per_token, double tokens_per_s, const Pea
 
 std::string format_mfu(double flops_per_token, double tokens_per_s, const Peak& peak, int ranks) {
   const auto u = mfu(flops_per_token, tokens_per_s, peak, ranks);
-  if (!u) {
-    std::string s = "MFU n/a (";
-    if (peak.flops) {
-      s += "no finite rate yet)";
-    } else {
-      s += "unknown peak; ";
-      s += peak.source;
-      s += ")";
-    }
-    return s;
-  }
-  std::string s = "MFU ";
-  s += fixed(100 * *u, 1);
-  s += "% of ";
-  s += peak.source;
+  if (!u)
+    return peak.flops ? "MFU n/a (no finite rate yet)"
+                      : "MFU n/a (unknown peak; " + peak.source + ")";
+  std::string s = "MFU " + fixed(100 * *u, 1) + "% of " + peak.source;
   // Above 100% the peak, not the run, is wrong: say so instead of printing it unqualified.
   if (*u > 1) s += " (above 100%: that peak is too low for this machine)";
   return s;

@@ -54,13 +54,8 @@ std::string build_description() {
 #else
   s += "unknown compiler";
 #endif
-  s += "; Eigen ";
-  for (int part : {EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION}) {
-    s += std::to_string(part);
-    s += ".";
-  }
-  s.pop_back(); // the last "."
-  s += "; ISA";
+  s += detail::concat("; Eigen ", EIGEN_WORLD_VERSION, ".", EIGEN_MAJOR_VERSION, ".",
+                      EIGEN_MINOR_VERSION, "; ISA");
 #if defined(__AVX512F__)
   s += " avx512f";
 #endif

@@ -46,20 +46,8 @@ std::string Progress::line(std::int64_t done, const std::string& status) const {
     const double per_step = (t - first_time_) / static_cast<double>(done - first_done_);
     eta = format_duration(per_step * static_cast<double>(total_ - done));
   }
-  std::string s = std::to_string(done);
-  s += "/";
-  s += std::to_string(total_);
-  s += " ";
-  s += std::to_string(percent);
-  s += "% elapsed ";
-  s += format_duration(t - start_);
-  s += " ETA ";
-  s += eta;
-  if (!status.empty()) {
-    s += " | ";
-    s += status;
-  }
-  return s;
+  return detail::concat(done, "/", total_, " ", percent, "% elapsed ", format_duration(t - start_),
+                        " ETA ", eta, status.empty() ? "" : " | ", status);
 }
 
 void Progress::update(std::int64_t done, const std::string& status) {
@@ -81,11 +69,9 @@ void Progress::update(std::int64_t done, const std::string& status) {
     return;
   }
   const auto filled = total_ > 0 ? static_cast<int>(kBarWidth * done / total_) : kBarWidth;
-  std::string bar = "[";
-  bar.append(static_cast<std::size_t>(filled), '#');
-  bar.append(static_cast<std::size_t>(kBarWidth - filled), '.');
-  bar += "] ";
-  bar += text;
+  std::string bar =
+      detail::concat("[", std::string(static_cast<std::size_t>(filled), '#'),
+                     std::string(static_cast<std::size_t>(kBarWidth - filled), '.'), "] ", text);
   const std::size_t width = bar.size();
   if (width < last_width_) bar.append(last_width_ - width, ' '); // blank a longer old line
   out_ << "\r" << bar;

@@ -46,10 +46,6 @@ MpiProgress default_progress(bool thread_multiple) {
 
 } // namespace
 
-const char* progress_name(MpiProgress progress) {
-  return progress == MpiProgress::Thread ? "thread" : "poll";
-}
-
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world(const CommOptions& options) {
   TS_CHECK(MpiRuntime::live() != nullptr,
            "MpiCommunicator::world: expected a live MpiRuntime, found none; create one in main() "
@@ -187,22 +183,18 @@ std::string MpiCommunicator::find_missing(std::int64_t sequence) {
 
 void MpiCommunicator::check_call(const std::string& op, std::vector<std::int64_t> signature,
                                  const std::function<void()>& validate) {
-  if (!options_.check_sizes) {
-    if (validate) validate();
-    return;
-  }
-  // This rank's own checks run first but throw only after the all-gather, which every rank must
-  // join: otherwise one rank's bad argument would leave the others waiting in it.
-  const std::exception_ptr invalid = validate ? validate_call(validate, signature) : nullptr;
-  std::vector<std::int64_t> gathered(signature.size() * static_cast<std::size_t>(size_));
-  MPI_Request request;
-  check_mpi(MPI_Iallgather(signature.data(), static_cast<int>(signature.size()), MPI_INT64_T,
-                           gathered.data(), static_cast<int>(signature.size()), MPI_INT64_T, comm_,
-                           &request),
-            "MPI_Iallgather");
-  MpiWork(*this, op + " (checking sizes)", -1, -1, MpiWork::Kind::Collective, request).wait();
-  if (invalid) std::rethrow_exception(invalid);
-  check_signatures(*this, op, gathered);
+  check_group_call(
+      *this, options_.check_sizes, op, std::move(signature), validate,
+      [&](const std::vector<std::int64_t>& mine) {
+        const int n = static_cast<int>(mine.size());
+        std::vector<std::int64_t> gathered(mine.size() * static_cast<std::size_t>(size_));
+        MPI_Request request;
+        check_mpi(MPI_Iallgather(mine.data(), n, MPI_INT64_T, gathered.data(), n, MPI_INT64_T,
+                                 comm_, &request),
+                  "MPI_Iallgather");
+        MpiWork(*this, op + " (checking sizes)", -1, -1, MpiWork::Kind::Collective, request).wait();
+        return gathered;
+      });
 }
 
 // ---- all_reduce ------------------------------------------------------------------------------
@@ -228,11 +220,6 @@ WorkHandle MpiCommunicator::all_reduce_async(const void* send, void* recv, std::
   return collective_work("all_reduce", request, [=](const MPI_Status&) {
     finish_reduction(recv, count, dtype, op, group);
   });
-}
-
-void MpiCommunicator::all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
-                                 ReduceOp op) {
-  all_reduce_async(send, recv, count, dtype, op)->wait();
 }
 
 // ---- reduce_scatter --------------------------------------------------------------------------
@@ -270,11 +257,6 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv,
   return collective_work("reduce_scatter", request, [=](const MPI_Status&) { finish(); });
 }
 
-void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::int64_t recv_count,
-                                     DType dtype, ReduceOp op) {
-  reduce_scatter_async(send, recv, recv_count, dtype, op)->wait();
-}
-
 // ---- all_gather ------------------------------------------------------------------------------
 
 WorkHandle MpiCommunicator::all_gather_async(const void* send, void* recv, std::int64_t send_count,
@@ -295,11 +277,6 @@ WorkHandle MpiCommunicator::all_gather_async(const void* send, void* recv, std::
   MPI_Request request;
   check_mpi(MPI_Iallgather(source, n, type, recv, n, type, comm_, &request), "MPI_Iallgather");
   return collective_work("all_gather", request);
-}
-
-void MpiCommunicator::all_gather(const void* send, void* recv, std::int64_t send_count,
-                                 DType dtype) {
-  all_gather_async(send, recv, send_count, dtype)->wait();
 }
 
 // ---- broadcast, all_to_all(v), barrier -------------------------------------------------------

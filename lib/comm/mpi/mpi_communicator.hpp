@@ -31,9 +31,6 @@ enum class MpiProgress {
   Poll,   ///< as MPI's nonblocking call, advanced by MPI_Test whenever the caller polls or waits
 };
 
-/// "thread" or "poll".
-const char* progress_name(MpiProgress progress);
-
 /// A group of MPI processes. Needs a live MpiRuntime; one thread at a time may call it.
 class MpiCommunicator final : public Communicator {
 public:
@@ -69,19 +66,12 @@ public:
   /// Thread is an Error when MPI did not grant MPI_THREAD_MULTIPLE.
   void set_progress(MpiProgress progress);
 
-  void all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
-                  ReduceOp op) override;
-  void reduce_scatter(const void* send, void* recv, std::int64_t recv_count, DType dtype,
-                      ReduceOp op) override;
-  void all_gather(const void* send, void* recv, std::int64_t send_count, DType dtype) override;
   void broadcast(void* buffer, std::int64_t count, DType dtype, int root) override;
   void all_to_all(const void* send, void* recv, std::int64_t count_per_rank, DType dtype) override;
   void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_counts, void* recv,
                     const std::vector<std::int64_t>& recv_counts, DType dtype) override;
   void barrier() override;
 
-  void send(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
-  void recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
   WorkHandle isend(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
   WorkHandle irecv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
 
@@ -103,9 +93,7 @@ public:
   Transport& transport();
 
 private:
-  /// Runs `validate` (this rank's own argument checks, which may throw). In checking mode it then
-  /// all-gathers `signature` with the outcome first, so that an invalid call on one rank, or ranks
-  /// that disagree, raise an Error on every rank instead of leaving the others to time out.
+  /// check_group_call (size_check.hpp) with this group's all-gather.
   void check_call(const std::string& op, std::vector<std::int64_t> signature,
                   const std::function<void()>& validate = {});
   /// Checks that `peer` is a rank of this group and `tag` a valid user tag.

@@ -64,14 +64,6 @@ WorkHandle MpiCommunicator::irecv(void* buffer, std::int64_t count, DType dtype,
                                    check_received(*this, "recv", count, dtype, peer, tag));
 }
 
-void MpiCommunicator::send(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) {
-  isend(buffer, count, dtype, peer, tag)->wait();
-}
-
-void MpiCommunicator::recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) {
-  irecv(buffer, count, dtype, peer, tag)->wait();
-}
-
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
   // MPI_Comm_split blocks with no deadline; a barrier first makes a missing rank a timeout Error
   // instead of a hang.

@@ -126,17 +126,10 @@ std::vector<std::int64_t> NcclCommunicator::gather_host(const std::vector<std::i
 
 void NcclCommunicator::check_call(const std::string& op, std::vector<std::int64_t> signature,
                                   const std::function<void()>& validate) {
-  if (!options_.check_sizes) {
-    if (validate) validate();
-    return;
-  }
-  // This rank's own checks run first but throw only after the all-gather, which every rank must
-  // join: otherwise one rank's bad argument would leave the others waiting in it.
-  const std::exception_ptr invalid = validate ? validate_call(validate, signature) : nullptr;
-  const std::vector<std::int64_t> gathered =
-      gather_host(signature, (op + " (checking sizes)").c_str());
-  if (invalid) std::rethrow_exception(invalid);
-  check_signatures(*this, op, gathered);
+  check_group_call(*this, options_.check_sizes, op, std::move(signature), validate,
+                   [&](const std::vector<std::int64_t>& mine) {
+                     return gather_host(mine, (op + " (checking sizes)").c_str());
+                   });
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {

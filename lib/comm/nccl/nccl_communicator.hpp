@@ -45,11 +45,6 @@ public:
   /// Turns checking mode (CommOptions::check_sizes) on or off.
   void set_check_sizes(bool check) { options_.check_sizes = check; }
 
-  void all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
-                  ReduceOp op) override;
-  void reduce_scatter(const void* send, void* recv, std::int64_t recv_count, DType dtype,
-                      ReduceOp op) override;
-  void all_gather(const void* send, void* recv, std::int64_t send_count, DType dtype) override;
   void broadcast(void* buffer, std::int64_t count, DType dtype, int root) override;
   void all_to_all(const void* send, void* recv, std::int64_t count_per_rank, DType dtype) override;
   void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_counts, void* recv,
@@ -57,13 +52,11 @@ public:
   /// A one-element all-reduce, waited for.
   void barrier() override;
 
-  void send(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
-  /// NCCL cannot see the sender's count: a different size is undefined behaviour, not an Error.
-  void recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
   /// ncclSend and ncclRecv in one group, so a ring step cannot deadlock.
   void send_recv(const void* send, std::int64_t send_count, int dst, void* recv,
                  std::int64_t recv_count, int src, DType dtype, int tag) override;
   WorkHandle isend(const void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
+  /// NCCL cannot see the sender's count: a different size is undefined behaviour, not an Error.
   WorkHandle irecv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) override;
 
   WorkHandle all_reduce_async(const void* send, void* recv, std::int64_t count, DType dtype,
@@ -101,9 +94,7 @@ private:
   /// The grouped ncclSend/ncclRecv of all_to_all(v), waited for.
   void exchange(const char* op, const void* send, const std::vector<std::int64_t>& send_counts,
                 void* recv, const std::vector<std::int64_t>& recv_counts, DType dtype);
-  /// Runs `validate` (this rank's own argument checks, which may throw). In checking mode it then
-  /// all-gathers `signature` with the outcome first, so that an invalid call on one rank, or ranks
-  /// that disagree, raise an Error on every rank instead of leaving the others to time out.
+  /// check_group_call (size_check.hpp) with this group's all-gather.
   void check_call(const std::string& op, std::vector<std::int64_t> signature,
                   const std::function<void()>& validate = {});
 

@@ -63,11 +63,6 @@ WorkHandle NcclCommunicator::all_reduce_async(const void* send, void* recv, std:
   return std::make_unique<NcclWork>(*this, "all_reduce", -1, -1);
 }
 
-void NcclCommunicator::all_reduce(const void* send, void* recv, std::int64_t count, DType dtype,
-                                  ReduceOp op) {
-  all_reduce_async(send, recv, count, dtype, op)->wait();
-}
-
 WorkHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv,
                                                   std::int64_t recv_count, DType dtype,
                                                   ReduceOp op) {
@@ -84,11 +79,6 @@ WorkHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv,
   return std::make_unique<NcclWork>(*this, "reduce_scatter", -1, -1);
 }
 
-void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::int64_t recv_count,
-                                      DType dtype, ReduceOp op) {
-  reduce_scatter_async(send, recv, recv_count, dtype, op)->wait();
-}
-
 WorkHandle NcclCommunicator::all_gather_async(const void* send, void* recv, std::int64_t send_count,
                                               DType dtype) {
   std::size_t n = 0;
@@ -100,11 +90,6 @@ WorkHandle NcclCommunicator::all_gather_async(const void* send, void* recv, std:
     check_nccl(ncclAllGather(send, recv, n, nccl_datatype(dtype), comm_, stream_), "ncclAllGather",
                comm_);
   return std::make_unique<NcclWork>(*this, "all_gather", -1, -1);
-}
-
-void NcclCommunicator::all_gather(const void* send, void* recv, std::int64_t send_count,
-                                  DType dtype) {
-  all_gather_async(send, recv, send_count, dtype)->wait();
 }
 
 void NcclCommunicator::broadcast(void* buffer, std::int64_t count, DType dtype, int root) {
@@ -213,15 +198,6 @@ WorkHandle NcclCommunicator::irecv(void* buffer, std::int64_t count, DType dtype
   check_nccl(ncclRecv(buffer, to_size(count, "recv"), nccl_datatype(dtype), peer, comm_, stream_),
              "ncclRecv", comm_);
   return std::make_unique<NcclWork>(*this, "recv", peer, tag);
-}
-
-void NcclCommunicator::send(const void* buffer, std::int64_t count, DType dtype, int peer,
-                            int tag) {
-  isend(buffer, count, dtype, peer, tag)->wait();
-}
-
-void NcclCommunicator::recv(void* buffer, std::int64_t count, DType dtype, int peer, int tag) {
-  irecv(buffer, count, dtype, peer, tag)->wait();
 }
 
 void NcclCommunicator::send_recv(const void* send, std::int64_t send_count, int dst, void* recv,

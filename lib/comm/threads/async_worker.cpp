@@ -38,21 +38,7 @@ bool Completion::done() const {
 void Completion::wait() {
   std::unique_lock lock(mutex_);
   finished_.wait(lock, [&] { return done_; });
-}
-
-bool Completion::wait_until(std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock lock(mutex_);
-  return finished_.wait_until(lock, deadline, [&] { return done_; });
-}
-
-void Completion::rethrow_error() const {
-  std::lock_guard lock(mutex_);
   if (error_) std::rethrow_exception(error_);
-}
-
-void TaskWork::wait() {
-  completion_->wait();
-  completion_->rethrow_error();
 }
 
 AsyncWorker::AsyncWorker() : thread_([this] { run(); }) {}

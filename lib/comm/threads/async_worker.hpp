@@ -31,12 +31,8 @@ public:
   std::optional<WorkTiming> timing() const;
   /// True once finish() was called (never blocks).
   bool done() const;
-  /// Waits until finished.
+  /// Waits until finished, then rethrows the operation's error, if it had one.
   void wait();
-  /// Waits until finished or until `deadline`; returns done().
-  bool wait_until(std::chrono::steady_clock::time_point deadline);
-  /// Rethrows the operation's error, if it had one.
-  void rethrow_error() const;
 
 private:
   mutable std::mutex mutex_;
@@ -53,7 +49,7 @@ private:
 class TaskWork final : public Work {
 public:
   explicit TaskWork(std::shared_ptr<Completion> completion) : completion_(std::move(completion)) {}
-  void wait() override;
+  void wait() override { completion_->wait(); }
   bool is_completed() override { return completion_->done(); }
   std::optional<WorkTiming> timing() const override { return completion_->timing(); }
 
