@@ -45,9 +45,7 @@ public:
 
   std::int64_t step() const { return trainer_.step(); }
   Device device() const { return trainer_.device(); }
-  double flops_per_token() const { return trainer_.flops_per_token(); }
   std::int64_t parameter_count() const { return trainer_.parameter_count(); }
-  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
   const io::RunConfig& config() const { return trainer_.config(); }
   /// Rows per micro-batch on each rank: batch_size / (dp x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }

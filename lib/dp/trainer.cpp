@@ -19,8 +19,7 @@ const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicat
 
 DpTrainer::DpTrainer(io::RunConfig config, comm::Communicator& group, DpOptions options,
                      metrics::TraceRecorder* trace)
-    : trainer_(checked(config, group)), group_(&group),
-      trace_(trace != nullptr ? trace : &no_trace_) {
+    : trainer_(checked(config, group)), group_(&group), trace_(trace) {
   rows_ = config.train.batch_size / (group.size() * config.train.micro_batches);
   dp_ = std::make_unique<DataParallel>(trainer_.model().parameters(), group, options, trace_);
 }

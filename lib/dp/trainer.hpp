@@ -37,11 +37,7 @@ public:
   /// Every rank restores the same checkpoint (any layout's: they are all single-rank).
   void resume(const std::string& path) { trainer_.resume(path); }
   std::int64_t step() const { return trainer_.step(); }
-  Device device() const { return trainer_.device(); }
-  double flops_per_token() const { return trainer_.flops_per_token(); }
   std::int64_t parameter_count() const { return trainer_.parameter_count(); }
-  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
-  const io::RunConfig& config() const { return trainer_.config(); }
   /// Rows per micro-batch on each rank: batch_size / (N x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }
   /// The rank's trainer (evaluate, checkpoints, the model and optimizer).
@@ -53,7 +49,6 @@ private:
   train::Trainer trainer_;
   comm::Communicator* group_;
   metrics::TraceRecorder* trace_;
-  metrics::TraceRecorder no_trace_;
   std::int64_t rows_ = 0;
   std::unique_ptr<DataParallel> dp_;
 };

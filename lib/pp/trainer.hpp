@@ -120,8 +120,6 @@ public:
   /// Collective: the mean validation cross-entropy of the whole model, run through the stages
   /// (each validation batch as one micro-batch, stage after stage; every pipeline runs it).
   double evaluate();
-  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
-  Device device() const { return trainer_.device(); }
   /// Collective: writes a checkpoint in the single-rank layout (every parameter whole, with its
   /// AdamW moments and step count; pp/checkpoint.cpp) under train.checkpoint_dir from the rank
   /// that is rank 0 of every group; returns its directory on every rank.
@@ -129,7 +127,6 @@ public:
   /// Loads a checkpoint written by any layout (one rank, dp, tp, pp, ep, ZeRO, composed) and
   /// cuts it into this rank's pieces; the config must match as for train::Trainer::resume.
   void resume(const std::string& path);
-  double flops_per_token() const { return trainer_.flops_per_token(); }
 
   /// Collective: the full model's parameters, each from the rank that trains it (every rank
   /// gets every one; the embeddings from the first stage). Only for nn::GPT stages (throws
