@@ -9,6 +9,7 @@
 #include "comm/communicator.hpp"
 #include "cp/model.hpp"
 #include "dp/data_parallel.hpp"
+#include "dp/trainer.hpp"
 #include "train/trainer.hpp"
 
 #include <memory>
@@ -39,7 +40,7 @@ public:
   double evaluate() const { return trainer_.evaluate(); }
   /// Collective over dp x cp: rank 0 writes the checkpoint (every rank holds the whole model,
   /// the same after every step) and returns its directory, on every rank.
-  std::string save_checkpoint() const;
+  std::string save_checkpoint() const { return dp::save_from_rank_0(trainer_, *dp_cp_); }
   /// Every rank restores the same checkpoint (any layout's).
   void resume(const std::string& path) { trainer_.resume(path); }
 

@@ -24,13 +24,14 @@ DpTrainer::DpTrainer(io::RunConfig config, comm::Communicator& group, DpOptions 
   dp_ = std::make_unique<DataParallel>(trainer_.model().parameters(), group, options, trace_);
 }
 
-std::string DpTrainer::save_checkpoint() const {
+std::string save_from_rank_0(const train::Trainer& trainer, comm::Communicator& group,
+                             const std::function<std::string()>& write) {
   std::string dir;
-  if (group_->rank() == 0) dir = trainer_.save_checkpoint();
-  group_->barrier(); // nobody reads the checkpoint before it is complete
-  return group_->rank() == 0
-             ? dir
-             : trainer_.config().train.checkpoint_dir + "/" + io::checkpoint_dir_name(step());
+  if (group.rank() == 0) dir = write ? write() : trainer.save_checkpoint();
+  group.barrier(); // nobody reads the checkpoint before it is complete
+  return group.rank() == 0 ? dir
+                           : trainer.config().train.checkpoint_dir + "/" +
+                                 io::checkpoint_dir_name(trainer.step());
 }
 
 // Rank r runs its micro-batches m at rows (r k + m) b; DataParallel sums the gradients during the

@@ -48,6 +48,27 @@ std::int64_t memory_cap_bytes(const io::RunConfig& config) {
 namespace {
 std::string mib(double bytes) { return train::formatted("%.1f MiB", bytes / (1024.0 * 1024.0)); }
 
+// The planner's layout for the run `plan` (for its world) makes of `config`: dp without the ep
+// ranks, b rows per micro-batch, the schedule, recompute.
+plan::PlanLayout plan_layout_of(const mesh::ParallelPlan& plan, const io::RunConfig& config) {
+  plan::PlanLayout l;
+  const int dp = std::max(1, plan.dp); // counts the ep ranks
+  l.dp = dp / plan.ep;
+  l.tp = plan.tp;
+  l.pp = plan.pp;
+  l.ep = plan.ep;
+  l.cp = plan.cp;
+  l.zero = plan.zero;
+  l.micro_batches = static_cast<int>(config.train.micro_batches);
+  l.micro_batch = static_cast<int>(config.train.batch_size / (dp * config.train.micro_batches));
+  l.schedule = pp::parse_schedule(plan.schedule);
+  l.chunks = plan.chunks;
+  l.recompute = nn::parse_recompute(config.train.recompute);
+  l.recompute_blocks = static_cast<int>(config.train.recompute_blocks);
+  l.order = plan.order;
+  return l;
+}
+
 // The planner's memory of each pipeline stage of `plan`; none where it prices no formula: a cut
 // by hand or by measurement, or an uneven one.
 std::vector<plan::RankMemory> stage_formulas(const mesh::ParallelPlan& plan,
@@ -113,25 +134,6 @@ std::string explain_cap(const MemoryCapExceeded& e, const std::string& phase, in
                             " (the planner's formulas; `train --memory` shows the measured "
                             "bytes), or raise train.memory_cap_mib";
   return out;
-}
-
-plan::PlanLayout plan_layout_of(const mesh::ParallelPlan& plan, const io::RunConfig& config) {
-  plan::PlanLayout l;
-  const int dp = std::max(1, plan.dp); // counts the ep ranks
-  l.dp = dp / plan.ep;
-  l.tp = plan.tp;
-  l.pp = plan.pp;
-  l.ep = plan.ep;
-  l.cp = plan.cp;
-  l.zero = plan.zero;
-  l.micro_batches = static_cast<int>(config.train.micro_batches);
-  l.micro_batch = static_cast<int>(config.train.batch_size / (dp * config.train.micro_batches));
-  l.schedule = pp::parse_schedule(plan.schedule);
-  l.chunks = plan.chunks;
-  l.recompute = nn::parse_recompute(config.train.recompute);
-  l.recompute_blocks = static_cast<int>(config.train.recompute_blocks);
-  l.order = plan.order;
-  return l;
 }
 
 std::vector<MemoryRow> gather_memory_rows(comm::Communicator* world,

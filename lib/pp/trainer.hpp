@@ -30,8 +30,8 @@ struct PipelineOptions {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int chunks = 1;                    ///< v: model chunks per rank (interleaved only)
   std::vector<int> blocks_per_stage; ///< a manual cut, one count per virtual stage; empty: even
-  /// Without a manual cut: balance the stages by measured costs (measure_layer_costs, on rank
-  /// 0, broadcast) instead of counting blocks.
+  /// Without a manual cut: balance the stages by measured costs (timed on rank 0,
+  /// broadcast) instead of counting blocks.
   bool measured_partition = false;
   /// For tests only: false skips summing the tied embedding's gradient between the first and
   /// the last stage (the negative control of the equivalence tests).
@@ -60,10 +60,6 @@ struct LayerCosts {
   std::vector<double> blocks; ///< each block
   double head = 0;            ///< ln_f, the tied logits and the cross-entropy
 };
-
-/// Times each piece of `trainer`'s model on `rows` rows of the first batch (the median of three
-/// runs after one warm-up). Changes no parameter (the gradients it leaves are cleared).
-LayerCosts measure_layer_costs(train::Trainer& trainer, std::int64_t rows);
 
 /// What one rank measured in the last step, per action: seconds since the trainer's origin,
 /// taken right after a barrier, so the ranks' times line up (steady_clock is system-wide on one

@@ -71,7 +71,6 @@ public:
 private:
   comm::Communicator* tp_;
   comm::Communicator* dp_;
-  TpOptions options_;
   const TpGPT* model_ = nullptr; // the trainer's model
   train::Trainer trainer_;
   std::unique_ptr<dp::DataParallel> data_parallel_;
