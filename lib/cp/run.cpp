@@ -26,18 +26,15 @@ public:
   }
 
   std::string describe() const override {
-    const train::TrainConfig& t = trainer_->config().train;
-    const std::int64_t local = t.seq_len / plan_.cp;
-    char buf[400];
-    std::snprintf(buf, sizeof buf,
-                  "context parallel: cp %d (%s chunks: %lld of %lld positions per rank) x dp %d "
-                  "(%s) | %lld micro-batches of %lld rows per dp rank | ring attention; "
-                  "gradients summed over dp x cp",
-                  plan_.cp, split_name(split_).c_str(), static_cast<long long>(local),
-                  static_cast<long long>(t.seq_len), plan_.dp, world_->backend(),
-                  static_cast<long long>(t.micro_batches),
-                  static_cast<long long>(trainer_->micro_batch_rows()));
-    return buf;
+    const train::TrainConfig& t = core().config().train;
+    return train::formatted(
+        "context parallel: cp %d (%s chunks: %lld of %lld positions per rank) x dp %d (%s) | "
+        "%lld micro-batches of %lld rows per dp rank | ring attention; gradients summed over "
+        "dp x cp",
+        plan_.cp, split_name(split_).c_str(), static_cast<long long>(t.seq_len / plan_.cp),
+        static_cast<long long>(t.seq_len), plan_.dp, world_->backend(),
+        static_cast<long long>(t.micro_batches),
+        static_cast<long long>(trainer_->micro_batch_rows()));
   }
 
   // With --trace: the trace file, and how much of the ring's transfers its attention hid.

@@ -2,7 +2,6 @@
 
 #include "core/error.hpp"
 #include "dp/step.hpp"
-#include "io/checkpoint.hpp"
 
 namespace tinyscale::cp {
 
@@ -61,15 +60,6 @@ train::StepResult CpTrainer::train_step() {
   plan.replicas = dp_; // the losses: each cp rank already holds its rows' whole loss
   plan.trace = trace_;
   return dp::data_parallel_step(trainer_, plan);
-}
-
-std::string CpTrainer::save_checkpoint() const {
-  std::string dir;
-  if (dp_cp_->rank() == 0) dir = trainer_.save_checkpoint();
-  dp_cp_->barrier(); // nobody reads the checkpoint before it is complete
-  return dp_cp_->rank() == 0
-             ? dir
-             : trainer_.config().train.checkpoint_dir + "/" + io::checkpoint_dir_name(step());
 }
 
 } // namespace tinyscale::cp

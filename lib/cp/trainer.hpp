@@ -9,6 +9,7 @@
 #include "comm/communicator.hpp"
 #include "cp/model.hpp"
 #include "dp/data_parallel.hpp"
+#include "dp/trainer.hpp"
 #include "train/trainer.hpp"
 
 #include <memory>
@@ -39,15 +40,13 @@ public:
   double evaluate() const { return trainer_.evaluate(); }
   /// Collective over dp x cp: rank 0 writes the checkpoint (every rank holds the whole model,
   /// the same after every step) and returns its directory, on every rank.
-  std::string save_checkpoint() const;
+  std::string save_checkpoint() const { return dp::save_from_rank_0(trainer_, *dp_cp_); }
   /// Every rank restores the same checkpoint (any layout's).
   void resume(const std::string& path) { trainer_.resume(path); }
 
   std::int64_t step() const { return trainer_.step(); }
   Device device() const { return trainer_.device(); }
-  double flops_per_token() const { return trainer_.flops_per_token(); }
   std::int64_t parameter_count() const { return trainer_.parameter_count(); }
-  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
   const io::RunConfig& config() const { return trainer_.config(); }
   /// Rows per micro-batch on each rank: batch_size / (dp x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }

@@ -19,18 +19,15 @@ public:
   }
 
   std::string describe() const override {
-    const io::RunConfig& config = trainer_->config();
-    char buf[300];
-    std::snprintf(buf, sizeof buf,
-                  "data parallel: %d ranks (%s) x %lld micro-batches of %lld rows | %zu buckets "
-                  "of %lld KiB, %s",
-                  world_->size(), world_->backend(),
-                  static_cast<long long>(config.train.micro_batches),
-                  static_cast<long long>(trainer_->micro_batch_rows()),
-                  trainer_->data_parallel().buckets().size(),
-                  static_cast<long long>(options_.bucket_bytes / 1024),
-                  options_.overlap ? "all-reduced during backward" : "all-reduced after backward");
-    return buf;
+    return train::formatted(
+        "data parallel: %d ranks (%s) x %lld micro-batches of %lld rows | %zu buckets of %lld "
+        "KiB, %s",
+        world_->size(), world_->backend(),
+        static_cast<long long>(core().config().train.micro_batches),
+        static_cast<long long>(trainer_->micro_batch_rows()),
+        trainer_->data_parallel().buckets().size(),
+        static_cast<long long>(options_.bucket_bytes / 1024),
+        options_.overlap ? "all-reduced during backward" : "all-reduced after backward");
   }
 
   void finish() override {

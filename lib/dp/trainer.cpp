@@ -19,19 +19,19 @@ const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicat
 
 DpTrainer::DpTrainer(io::RunConfig config, comm::Communicator& group, DpOptions options,
                      metrics::TraceRecorder* trace)
-    : trainer_(checked(config, group)), group_(&group),
-      trace_(trace != nullptr ? trace : &no_trace_) {
+    : trainer_(checked(config, group)), group_(&group), trace_(trace) {
   rows_ = config.train.batch_size / (group.size() * config.train.micro_batches);
   dp_ = std::make_unique<DataParallel>(trainer_.model().parameters(), group, options, trace_);
 }
 
-std::string DpTrainer::save_checkpoint() const {
+std::string save_from_rank_0(const train::Trainer& trainer, comm::Communicator& group,
+                             const std::function<std::string()>& write) {
   std::string dir;
-  if (group_->rank() == 0) dir = trainer_.save_checkpoint();
-  group_->barrier(); // nobody reads the checkpoint before it is complete
-  return group_->rank() == 0
-             ? dir
-             : trainer_.config().train.checkpoint_dir + "/" + io::checkpoint_dir_name(step());
+  if (group.rank() == 0) dir = write ? write() : trainer.save_checkpoint();
+  group.barrier(); // nobody reads the checkpoint before it is complete
+  return group.rank() == 0 ? dir
+                           : trainer.config().train.checkpoint_dir + "/" +
+                                 io::checkpoint_dir_name(trainer.step());
 }
 
 // Rank r runs its micro-batches m at rows (r k + m) b; DataParallel sums the gradients during the

@@ -12,9 +12,17 @@
 #include "metrics/trace.hpp"
 #include "train/trainer.hpp"
 
+#include <functional>
 #include <memory>
+#include <string>
 
 namespace tinyscale::dp {
+
+/// Collective over `group`: its rank 0 writes `trainer`'s checkpoint (the ranks hold the same
+/// model), or runs `write` (which writes one and returns its directory) when given; returns the
+/// directory on every rank once the checkpoint is complete.
+std::string save_from_rank_0(const train::Trainer& trainer, comm::Communicator& group,
+                             const std::function<std::string()>& write = {});
 
 /// Owns one rank's Trainer (model, optimizer, data) and its DataParallel wrapper.
 class DpTrainer {
@@ -33,15 +41,11 @@ public:
   double evaluate() const { return trainer_.evaluate(); }
   /// Collective: rank 0 writes the checkpoint (the replicas are identical) and returns its
   /// directory; the other ranks wait until it is complete and return the same path.
-  std::string save_checkpoint() const;
+  std::string save_checkpoint() const { return save_from_rank_0(trainer_, *group_); }
   /// Every rank restores the same checkpoint (any layout's: they are all single-rank).
   void resume(const std::string& path) { trainer_.resume(path); }
   std::int64_t step() const { return trainer_.step(); }
-  Device device() const { return trainer_.device(); }
-  double flops_per_token() const { return trainer_.flops_per_token(); }
   std::int64_t parameter_count() const { return trainer_.parameter_count(); }
-  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
-  const io::RunConfig& config() const { return trainer_.config(); }
   /// Rows per micro-batch on each rank: batch_size / (N x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }
   /// The rank's trainer (evaluate, checkpoints, the model and optimizer).
@@ -53,7 +57,6 @@ private:
   train::Trainer trainer_;
   comm::Communicator* group_;
   metrics::TraceRecorder* trace_;
-  metrics::TraceRecorder no_trace_;
   std::int64_t rows_ = 0;
   std::unique_ptr<DataParallel> dp_;
 };

@@ -5,6 +5,7 @@
 // experts only), and the step counts of AdamW's "step" tensor follow the parameter order.
 #include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
+#include "dp/trainer.hpp"
 #include "ep/shard_map.hpp"
 #include "ep/trainer.hpp"
 
@@ -78,14 +79,10 @@ std::string EpTrainer::save_checkpoint() const {
     whole.push_back({name, p.tensor.shape(), p.tensor.dtype(), p.decay, {}});
   }
   ExpertShardMap shards(*ep_, placement_);
-  const bool writer = dp_->rank() == 0;
-  io::Checkpoint c =
-      train::join_checkpoint(shards, whole, train::held_in(mine, &trainer_->optimizer()), writer);
+  io::Checkpoint c = train::join_checkpoint(
+      shards, whole, train::held_in(mine, &trainer_->optimizer()), dp_->rank() == 0);
   trainer_->stamp(c);
-  std::string dir;
-  if (writer) dir = trainer_->write_checkpoint(c);
-  dp_->barrier(); // nobody reads the checkpoint before it is complete
-  return writer ? dir : config_.train.checkpoint_dir + "/" + io::checkpoint_dir_name(step());
+  return dp::save_from_rank_0(*trainer_, *dp_, [&] { return trainer_->write_checkpoint(c); });
 }
 
 void EpTrainer::resume(const std::string& path) {

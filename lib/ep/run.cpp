@@ -76,17 +76,15 @@ public:
   }
 
   std::string describe() const override {
-    char buf[400];
-    std::snprintf(buf, sizeof buf,
-                  "expert parallel: ep %d inside dp %d (expert-data-parallel size %d, %s) | %lld "
-                  "micro-batches of %lld rows per rank\nexperts: %s | capacity: %s (%s)",
-                  plan_.ep, plan_.dp, plan_.dp / plan_.ep, world_->backend(),
-                  static_cast<long long>(trainer_->config().train.micro_batches),
-                  static_cast<long long>(trainer_->micro_batch_rows()),
-                  trainer_->placement().describe().c_str(), plan_.ep_capacity.c_str(),
-                  plan_.ep_capacity == "local" ? "each rank's micro-batch"
-                                               : "the ep group's micro-batches together");
-    return buf;
+    return train::formatted(
+        "expert parallel: ep %d inside dp %d (expert-data-parallel size %d, %s) | %lld "
+        "micro-batches of %lld rows per rank\nexperts: %s | capacity: %s (%s)",
+        plan_.ep, plan_.dp, plan_.dp / plan_.ep, world_->backend(),
+        static_cast<long long>(core().config().train.micro_batches),
+        static_cast<long long>(trainer_->micro_batch_rows()),
+        trainer_->placement().describe().c_str(), plan_.ep_capacity.c_str(),
+        plan_.ep_capacity == "local" ? "each rank's micro-batch"
+                                     : "the ep group's micro-batches together");
   }
 
   void annotate(const train::StepResult& r, nlohmann::json& line,
@@ -105,10 +103,8 @@ public:
     }
     const double worst = worst_imbalance(r.moe);
     line["ep"] = {{"ep", plan_.ep}, {"imbalance", worst}, {"ranks", ranks}};
-    char m[120];
-    std::snprintf(m, sizeof m, " | imbalance %.2f | a2a %.1f KiB/rank", worst,
-                  static_cast<double>(bytes) / 1024.0);
-    text += m;
+    text += train::formatted(" | imbalance %.2f | a2a %.1f KiB/rank", worst,
+                             static_cast<double>(bytes) / 1024.0);
   }
 
   void finish() override {

@@ -51,8 +51,7 @@ EpTrainer::EpTrainer(io::RunConfig config, comm::Communicator& data_parallel,
                      EpOptions options, metrics::TraceRecorder* trace)
     : config_(checked(config, data_parallel, ep, expert_data_parallel)), dp_(&data_parallel),
       ep_(&ep), edp_(&expert_data_parallel),
-      placement_(config.model.moe.n_experts, ep.size(), options.placement),
-      trace_(trace != nullptr ? trace : &no_trace_) {
+      placement_(config.model.moe.n_experts, ep.size(), options.placement), trace_(trace) {
   for (int l = 0; l < config_.model.n_layer; ++l)
     if (config_.model.is_moe_layer(l)) loads_.push_back(std::make_unique<EpLayerLoad>());
   std::size_t next = 0;
@@ -105,8 +104,6 @@ train::StepResult EpTrainer::train_step() {
   plan.trace = trace_;
   return dp::data_parallel_step(*trainer_, plan);
 }
-
-double EpTrainer::evaluate() const { return trainer_->evaluate(); }
 
 std::vector<EpLayerLoad> EpTrainer::load() const {
   std::vector<EpLayerLoad> out;

@@ -57,7 +57,7 @@ public:
   /// norm and MoE counts (reduced over the data-parallel group).
   train::StepResult train_step();
   /// Collective over ep: the mean validation cross-entropy (every rank runs the whole batch).
-  double evaluate() const;
+  double evaluate() const { return trainer_->evaluate(); }
 
   /// Collective over every group: joins the experts over ep and writes a checkpoint in the
   /// single-rank layout (every expert by its global name, AdamW state and step counts in
@@ -69,9 +69,6 @@ public:
   void resume(const std::string& path);
 
   std::int64_t step() const { return trainer_->step(); }
-  Device device() const { return trainer_->device(); }
-  double flops_per_token() const { return trainer_->flops_per_token(); }
-  const data::TokenDataset& dataset() const { return trainer_->dataset(); }
   const io::RunConfig& config() const { return config_; }
 
   /// This rank's load statistics of the last step, one entry per MoE layer.
@@ -99,7 +96,6 @@ private:
   std::unique_ptr<train::Trainer> trainer_;
   nn::ParameterList dense_params_, expert_params_;
   metrics::TraceRecorder* trace_;
-  metrics::TraceRecorder no_trace_;
   std::unique_ptr<dp::DataParallel> dense_sync_, expert_sync_;
   std::unique_ptr<SyncBoth> sync_;
   std::int64_t rows_ = 0;

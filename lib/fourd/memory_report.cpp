@@ -5,12 +5,12 @@
 #include "plan/model.hpp"
 #include "plan/predict.hpp"
 #include "plan/rules.hpp"
+#include "train/run.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 namespace tinyscale::fourd {
 
@@ -46,10 +46,39 @@ std::int64_t memory_cap_bytes(const io::RunConfig& config) {
 }
 
 namespace {
-std::string mib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
-  return buf;
+std::string mib(double bytes) { return train::formatted("%.1f MiB", bytes / (1024.0 * 1024.0)); }
+
+// The planner's layout for the run `plan` (for its world) makes of `config`: dp without the ep
+// ranks, b rows per micro-batch, the schedule, recompute.
+plan::PlanLayout plan_layout_of(const mesh::ParallelPlan& plan, const io::RunConfig& config) {
+  plan::PlanLayout l;
+  const int dp = std::max(1, plan.dp); // counts the ep ranks
+  l.dp = dp / plan.ep;
+  l.tp = plan.tp;
+  l.pp = plan.pp;
+  l.ep = plan.ep;
+  l.cp = plan.cp;
+  l.zero = plan.zero;
+  l.micro_batches = static_cast<int>(config.train.micro_batches);
+  l.micro_batch = static_cast<int>(config.train.batch_size / (dp * config.train.micro_batches));
+  l.schedule = pp::parse_schedule(plan.schedule);
+  l.chunks = plan.chunks;
+  l.recompute = nn::parse_recompute(config.train.recompute);
+  l.recompute_blocks = static_cast<int>(config.train.recompute_blocks);
+  l.order = plan.order;
+  return l;
+}
+
+// The planner's memory of each pipeline stage of `plan`; none where it prices no formula: a cut
+// by hand or by measurement, or an uneven one.
+std::vector<plan::RankMemory> stage_formulas(const mesh::ParallelPlan& plan,
+                                             const io::RunConfig& config) {
+  const plan::PlanLayout l = plan_layout_of(plan, config);
+  const plan::ModelShape shape = plan::shape_of(config.model, config.train.seq_len, "run");
+  if (!plan.pp_blocks.empty() || !plan::splits_evenly(shape, l.pp, l.chunks)) return {};
+  plan::Device device;
+  device.precision = config.model.precision;
+  return plan::pipeline_rank_memory(shape, l, device);
 }
 
 // The planner's most bytes any rank of `plan` holds (state + activations at its peak), or a
@@ -57,14 +86,8 @@ std::string mib(double bytes) {
 double predicted_bytes(const mesh::ParallelPlan& plan, const io::RunConfig& config) {
   try {
     plan::check_layout_rules(plan, config);
-    const plan::PlanLayout l = plan_layout_of(plan, config);
-    const plan::ModelShape shape = plan::shape_of(config.model, config.train.seq_len, "run");
-    if (!plan.pp_blocks.empty() || !plan::splits_evenly(shape, l.pp, l.chunks)) return -1;
-    plan::Device device;
-    device.precision = config.model.precision;
-    double most = 0;
-    for (const plan::RankMemory& m : plan::pipeline_rank_memory(shape, l, device))
-      most = std::max(most, m.total());
+    double most = -1;
+    for (const plan::RankMemory& m : stage_formulas(plan, config)) most = std::max(most, m.total());
     return most;
   } catch (const Error&) {
     return -1;
@@ -113,25 +136,6 @@ std::string explain_cap(const MemoryCapExceeded& e, const std::string& phase, in
   return out;
 }
 
-plan::PlanLayout plan_layout_of(const mesh::ParallelPlan& plan, const io::RunConfig& config) {
-  plan::PlanLayout l;
-  const int dp = std::max(1, plan.dp); // counts the ep ranks
-  l.dp = dp / plan.ep;
-  l.tp = plan.tp;
-  l.pp = plan.pp;
-  l.ep = plan.ep;
-  l.cp = plan.cp;
-  l.zero = plan.zero;
-  l.micro_batches = static_cast<int>(config.train.micro_batches);
-  l.micro_batch = static_cast<int>(config.train.batch_size / (dp * config.train.micro_batches));
-  l.schedule = pp::parse_schedule(plan.schedule);
-  l.chunks = plan.chunks;
-  l.recompute = nn::parse_recompute(config.train.recompute);
-  l.recompute_blocks = static_cast<int>(config.train.recompute_blocks);
-  l.order = plan.order;
-  return l;
-}
-
 std::vector<MemoryRow> gather_memory_rows(comm::Communicator* world,
                                           const mesh::ParallelPlan& given,
                                           const io::RunConfig& config, const MeasuredMemory& mine) {
@@ -142,16 +146,7 @@ std::vector<MemoryRow> gather_memory_rows(comm::Communicator* world,
                                    static_cast<double>(mine.peak)};
   const std::vector<double> values = world != nullptr ? comm::all_gather_values(*world, own) : own;
   const mesh::MeshLayout layout = plan.mesh_layout();
-  const plan::PlanLayout l = plan_layout_of(plan, config);
-  const plan::ModelShape shape = plan::shape_of(config.model, config.train.seq_len, "run");
-  // the planner prices even cuts only (a cut by hand or by measurement has no formula here)
-  const bool even = plan.pp_blocks.empty() && plan::splits_evenly(shape, l.pp, l.chunks);
-  std::vector<plan::RankMemory> formulas;
-  if (even) {
-    plan::Device device;
-    device.precision = config.model.precision;
-    formulas = plan::pipeline_rank_memory(shape, l, device);
-  }
+  const std::vector<plan::RankMemory> formulas = stage_formulas(plan, config);
   std::vector<MemoryRow> rows;
   for (int r = 0; r < size; ++r) {
     const mesh::MeshCoord c = layout.coord(r);
@@ -165,11 +160,11 @@ std::vector<MemoryRow> gather_memory_rows(comm::Communicator* world,
     const double* v = values.data() + 3 * static_cast<std::size_t>(r);
     row.measured = {static_cast<std::int64_t>(v[0]), static_cast<std::int64_t>(v[1]),
                     static_cast<std::int64_t>(v[2])};
-    if (even) {
+    if (!formulas.empty()) {
       const plan::RankMemory& f = formulas[static_cast<std::size_t>(row.pp)];
       // ZeRO-2 and 3 keep their gradient shard between steps; other layouts' gradients live
       // through a step (ZeRO-1 on dp alone keeps its flat gradients too: the tests' overhead)
-      const double kept_gradients = l.zero >= 2 ? f.state.gradients : 0;
+      const double kept_gradients = plan.zero >= 2 ? f.state.gradients : 0;
       row.formula_weights = f.state.parameters;
       row.formula_at_rest = f.state.parameters + f.state.optimizer + kept_gradients;
       row.formula_step = f.state.gradients - kept_gradients + f.activation_bytes + f.buffer_bytes;
@@ -209,17 +204,11 @@ std::string format_memory_rows(const std::vector<MemoryRow>& rows) {
       "| rank | dp | tp | pp | ep | cp | at rest | formula: state kept | step peak | "
       "formula: gradients + activations + buffers | run peak | formula: total |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  const auto kib = [](double bytes) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f", bytes / 1024.0);
-    return std::string(buf);
-  };
+  const auto kib = [](double bytes) { return train::formatted("%.1f", bytes / 1024.0); };
   for (const MemoryRow& r : rows) {
     const std::string none = "-";
-    char head[96];
-    std::snprintf(head, sizeof head, "| %d | %d | %d | %d | %d | %d | ", r.rank, r.dp, r.tp, r.pp,
-                  r.ep, r.cp);
-    out += head;
+    out +=
+        train::formatted("| %d | %d | %d | %d | %d | %d | ", r.rank, r.dp, r.tp, r.pp, r.ep, r.cp);
     out += kib(static_cast<double>(r.measured.at_rest)) + " | " +
            (r.has_formula ? kib(r.formula_at_rest) : none) + " | " +
            kib(static_cast<double>(r.measured.step_peak)) + " | " +

@@ -13,7 +13,6 @@
 #include "comm/communicator.hpp"
 #include "io/config.hpp"
 #include "mesh/plan.hpp"
-#include "plan/layout.hpp"
 
 #include <cstdint>
 #include <string>
@@ -71,10 +70,6 @@ std::int64_t memory_cap_bytes(const io::RunConfig& config);
 /// ranks (pp, tp, ZeRO-3 over dp) they predict to fit with a tenth of the cap to spare.
 std::string explain_cap(const MemoryCapExceeded& e, const std::string& phase, int rank,
                         const mesh::ParallelPlan& plan, const io::RunConfig& config);
-
-/// The planner's layout for the run `plan` (for its world) makes of `config`: dp without the ep
-/// ranks, b rows per micro-batch, the schedule, recompute.
-plan::PlanLayout plan_layout_of(const mesh::ParallelPlan& plan, const io::RunConfig& config);
 
 /// One rank's row of the report: its coordinates, what it measured and the formulas.
 struct MemoryRow {

@@ -92,19 +92,20 @@ public:
   }
 
   std::string describe() const override {
-    const train::TrainConfig& t = trainer_->trainer().config().train;
+    const train::TrainConfig& t = core().config().train;
     const mesh::MeshLayout& layout = mesh_.layout();
-    char buf[500];
-    std::snprintf(buf, sizeof buf,
-                  "composed: %s, %s | dp %d (ep %d inside) x tp %d%s x pp %d (%s)%s | zero %d | "
-                  "%lld micro-batches of %lld rows per pipeline | stages %s",
-                  layout.describe().c_str(), world_->backend(), plan_.dp, plan_.ep, plan_.tp,
-                  plan_.sequence_parallel ? " with sp" : "", plan_.pp,
-                  plan_.pp > 1 ? plan_.schedule.c_str() : "one stage, micro-batches in turn",
-                  cp_text().c_str(), plan_.zero, static_cast<long long>(t.micro_batches),
-                  static_cast<long long>(t.batch_size / (plan_.dp * t.micro_batches)),
-                  trainer_->partition().describe().c_str());
-    std::string out = buf;
+    const std::string cp = plan_.cp == 1 ? ""
+                                         : train::formatted(" x cp %d (%s, ring attention)",
+                                                            plan_.cp, plan_.cp_split.c_str());
+    std::string out = train::formatted(
+        "composed: %s, %s | dp %d (ep %d inside) x tp %d%s x pp %d (%s)%s | zero %d | %lld "
+        "micro-batches of %lld rows per pipeline | stages %s",
+        layout.describe().c_str(), world_->backend(), plan_.dp, plan_.ep, plan_.tp,
+        plan_.sequence_parallel ? " with sp" : "", plan_.pp,
+        plan_.pp > 1 ? plan_.schedule.c_str() : "one stage, micro-batches in turn", cp.c_str(),
+        plan_.zero, static_cast<long long>(t.micro_batches),
+        static_cast<long long>(t.batch_size / (plan_.dp * t.micro_batches)),
+        trainer_->partition().describe().c_str());
     if (!plan_.topology.empty()) {
       const mesh::Topology topology = mesh::load_topology(plan_.topology);
       std::string placement =
@@ -125,10 +126,8 @@ public:
                     {"zero", plan_.zero},
                     {"sp", plan_.sequence_parallel},
                     {"optimizer_bytes_rank0", state_}};
-    char buf[80];
-    std::snprintf(buf, sizeof buf, " | AdamW state %.0f KiB (rank 0)",
-                  static_cast<double>(state_) / 1024.0);
-    text += buf;
+    text +=
+        train::formatted(" | AdamW state %.0f KiB (rank 0)", static_cast<double>(state_) / 1024.0);
   }
 
   // What each rank holds: its coordinates, the elements it trains and its AdamW state.
@@ -156,10 +155,9 @@ public:
                 static_cast<long long>(parameter_count()), cp ? " cp |" : "", cp ? "---|" : "");
     for (int r = 0; r < world_->size(); ++r) {
       const double* v = all.data() + static_cast<std::size_t>(r) * mine.size();
-      char cp_cell[32] = "";
-      if (cp) std::snprintf(cp_cell, sizeof cp_cell, " %.0f |", v[4]);
+      const std::string cp_cell = cp ? train::formatted(" %.0f |", v[4]) : "";
       std::printf("| %d | %.0f | %.0f | %.0f | %.0f |%s %.0f | %.1f |\n", r, v[0], v[1], v[2], v[3],
-                  cp_cell, v[5], v[6] / 1024.0);
+                  cp_cell.c_str(), v[5], v[6] / 1024.0);
     }
   }
 
@@ -168,14 +166,6 @@ private:
   static std::vector<mesh::AxisSet> row_replica_groups(const mesh::ParallelPlan& plan) {
     if (plan.cp == 1) return {};
     return {mesh::parse_axis_set("dp x ep")};
-  }
-
-  std::string cp_text() const {
-    if (plan_.cp == 1) return "";
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " x cp %d (%s, ring attention)", plan_.cp,
-                  plan_.cp_split.c_str());
-    return buf;
   }
 
   mesh::ParallelPlan plan_;

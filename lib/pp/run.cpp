@@ -23,10 +23,7 @@ namespace {
 
 // "0.273", or "-" where the formula does not apply (NaN)
 std::string formula_text(double formula) {
-  if (std::isnan(formula)) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", formula);
-  return buf;
+  return std::isnan(formula) ? "-" : train::formatted("%.3f", formula);
 }
 
 class PipelineRun final : public train::TrainerRun<PipelineTrainer> {
@@ -49,29 +46,21 @@ public:
   }
 
   std::string describe() const override {
-    const train::TrainConfig& t = trainer_->trainer().config().train;
-    char buf[400];
-    std::snprintf(buf, sizeof buf,
-                  "pipeline: %s | pp %d (%s) x %d chunk%s | dp %d | %lld micro-batches of %lld "
-                  "rows per pipeline | stages %s",
-                  plan_.schedule.c_str(), plan_.pp, world_->backend(), plan_.chunks,
-                  plan_.chunks == 1 ? "" : "s", plan_.dp, static_cast<long long>(t.micro_batches),
-                  static_cast<long long>(t.batch_size / (plan_.dp * t.micro_batches)),
-                  trainer_->partition().describe().c_str());
-    std::string out = buf;
+    const train::TrainConfig& t = core().config().train;
+    std::string out = train::formatted(
+        "pipeline: %s | pp %d (%s) x %d chunk%s | dp %d | %lld micro-batches of %lld rows per "
+        "pipeline | stages %s",
+        plan_.schedule.c_str(), plan_.pp, world_->backend(), plan_.chunks,
+        plan_.chunks == 1 ? "" : "s", plan_.dp, static_cast<long long>(t.micro_batches),
+        static_cast<long long>(t.batch_size / (plan_.dp * t.micro_batches)),
+        trainer_->partition().describe().c_str());
     if (plan_.pp_blocks == "measured") {
       const LayerCosts& c = trainer_->layer_costs();
-      std::snprintf(buf, sizeof buf,
-                    "\ncut from measured costs (forward + backward of one micro-batch): "
-                    "embeddings %.2f ms, blocks",
-                    1e3 * c.embed);
-      out += buf;
-      for (double b : c.blocks) {
-        std::snprintf(buf, sizeof buf, " %.2f", 1e3 * b);
-        out += buf;
-      }
-      std::snprintf(buf, sizeof buf, " ms, head and loss %.2f ms", 1e3 * c.head);
-      out += buf;
+      out += train::formatted("\ncut from measured costs (forward + backward of one "
+                              "micro-batch): embeddings %.2f ms, blocks",
+                              1e3 * c.embed);
+      for (double b : c.blocks) out += train::formatted(" %.2f", 1e3 * b);
+      out += train::formatted(" ms, head and loss %.2f ms", 1e3 * c.head);
     }
     return out;
   }
@@ -88,10 +77,8 @@ public:
                   {"bubble_measured", bubble_.measured},
                   {"bubble_simulated", bubble_.simulated},
                   {"bubble_formula", bubble_.formula}};
-    char buf[120];
-    std::snprintf(buf, sizeof buf, " | bubble %.3f (simulated %.3f, formula %s)", mean, simulated,
-                  formula_text(bubble_.formula).c_str());
-    text += buf;
+    text += train::formatted(" | bubble %.3f (simulated %.3f, formula %s)", mean, simulated,
+                             formula_text(bubble_.formula).c_str());
   }
 
   void finish() override {

@@ -9,6 +9,7 @@
 #include "nn/context.hpp"
 #include "nn/gpt.hpp"
 #include "nn/parameter.hpp"
+#include "train/sharded_checkpoint.hpp"
 
 #include <cstdint>
 #include <string>
@@ -16,10 +17,10 @@
 
 namespace tinyscale::pp {
 
-/// A model the pipeline executor can cut into stages.
-class StageModel {
+/// A model the pipeline executor can cut into stages; as a train::ShardMap it says where its
+/// parameters live inside a stage (tp shards, ep experts) for checkpoints (chapter 12).
+class StageModel : public train::ShardMap {
 public:
-  virtual ~StageModel() = default;
   /// Every parameter this rank holds, with the single-rank model's names (shards or experts).
   virtual const nn::ParameterList& parameters() const = 0;
   /// ids [b, T] -> the residual stream entering block 0.
@@ -66,21 +67,7 @@ public:
 
   // ---- checkpoints in the single-rank layout (chapter 12) -----------------------------------
   /// Whether this rank's model holds parameter `name` (an expert lives on one ep rank only).
-  virtual bool holds(const std::string& name) const;
-  /// Collective over the ranks that split `name` inside a stage (tp; the same on each): the
-  /// whole tensor from this rank's piece `local` of it (or of its AdamW moment).
-  virtual Tensor join(const std::string& name, const Tensor& local) {
-    (void)name;
-    return local;
-  }
-  /// This rank's piece of the whole tensor `full` (the inverse of join).
-  virtual Tensor cut(const std::string& name, const Tensor& full) const {
-    (void)name;
-    return full;
-  }
-  /// Collective over the ranks holding different experts (ep), for every parameter in the same
-  /// order: `full` becomes the value on the rank that holds `name`.
-  virtual void share(const std::string& name, Tensor& full) { (void)name, (void)full; }
+  bool holds(const std::string& name) const override;
   /// Whether this rank is rank 0 of every group inside its stage (tp, ep).
   virtual bool leads() const { return true; }
   /// Collective: a barrier over each group inside a stage, tp first.

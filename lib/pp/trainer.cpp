@@ -58,6 +58,55 @@ int replica_count(const PipelineOptions& o, const comm::Communicator* data_paral
                                     : 1;
 }
 
+// Times each piece of `trainer`'s model on `rows` rows of the first batch (the median of three
+// runs after one warm-up). Changes no parameter (the gradients it leaves are cleared).
+LayerCosts measure_layer_costs(train::Trainer& trainer, std::int64_t rows) {
+  const train::TrainConfig& t = trainer.config().train;
+  const nn::Model& model = trainer.model();
+  const data::Batch host =
+      trainer.dataset().batch(data::Split::Train, 0, t.batch_size, t.seq_len, 0, rows);
+  const data::Batch b{host.inputs.to(trainer.device()), host.targets.to(trainer.device())};
+  const nn::ForwardContext ctx{true, t.seed, 0, 0, nullptr};
+  // forward and backward of `piece`: one warm-up, then the median of three
+  const auto seconds = [](const std::function<void()>& piece) {
+    piece();
+    std::vector<double> runs;
+    for (int i = 0; i < 3; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      piece();
+      runs.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(runs.begin(), runs.end());
+    return runs[1];
+  };
+  Tensor x0;
+  {
+    NoGradGuard no_grad;
+    x0 = model.embed(b.inputs, ctx);
+  }
+  const auto leaf = [&] {
+    Tensor x = x0.detach();
+    x.set_requires_grad(true);
+    return x;
+  };
+  LayerCosts out;
+  out.embed = seconds([&] { tinyscale::backward(sum(model.embed(b.inputs, ctx))); });
+  for (int i = 0; i < model.config().n_layer; ++i)
+    out.blocks.push_back(seconds([&] {
+      const nn::FeedForwardOutput y = model.block(i, leaf(), ctx);
+      Tensor root = sum(y.y);
+      if (y.aux_loss.defined()) root = root + y.aux_loss + y.z_loss;
+      tinyscale::backward(root);
+    }));
+  out.head = seconds([&] { tinyscale::backward(cross_entropy(model.head(leaf()), b.targets)); });
+  for (const nn::NamedParameter& p : model.parameters()) { // (the pipeline owns the optimizer)
+    Tensor param = p.tensor;                               // a handle: the model's own tensor
+    param.set_grad(Tensor());
+  }
+  return out;
+}
+
 // A measured cut: rank 0 of pipeline 0 times each piece of a whole model of its own, built for
 // that and freed before the stages are; every rank cuts with the same numbers. (The one moment a
 // rank holds the whole model: --pp-blocks measured asks for it.)
@@ -197,53 +246,6 @@ std::int64_t PipelineTrainer::optimizer_state_bytes() const {
       if (name != "step") bytes += t.numel() * static_cast<std::int64_t>(dtype_size(t.dtype()));
   for (const auto& s : sharded_) bytes += s->memory().optimizer;
   return bytes;
-}
-
-LayerCosts measure_layer_costs(train::Trainer& trainer, std::int64_t rows) {
-  const train::TrainConfig& t = trainer.config().train;
-  const nn::Model& model = trainer.model();
-  const data::Batch host =
-      trainer.dataset().batch(data::Split::Train, 0, t.batch_size, t.seq_len, 0, rows);
-  const data::Batch b{host.inputs.to(trainer.device()), host.targets.to(trainer.device())};
-  const nn::ForwardContext ctx{true, t.seed, 0, 0, nullptr};
-  // forward and backward of `piece`: one warm-up, then the median of three
-  const auto seconds = [](const std::function<void()>& piece) {
-    piece();
-    std::vector<double> runs;
-    for (int i = 0; i < 3; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      piece();
-      runs.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::sort(runs.begin(), runs.end());
-    return runs[1];
-  };
-  Tensor x0;
-  {
-    NoGradGuard no_grad;
-    x0 = model.embed(b.inputs, ctx);
-  }
-  const auto leaf = [&] {
-    Tensor x = x0.detach();
-    x.set_requires_grad(true);
-    return x;
-  };
-  LayerCosts out;
-  out.embed = seconds([&] { tinyscale::backward(sum(model.embed(b.inputs, ctx))); });
-  for (int i = 0; i < model.config().n_layer; ++i)
-    out.blocks.push_back(seconds([&] {
-      const nn::FeedForwardOutput y = model.block(i, leaf(), ctx);
-      Tensor root = sum(y.y);
-      if (y.aux_loss.defined()) root = root + y.aux_loss + y.z_loss;
-      tinyscale::backward(root);
-    }));
-  out.head = seconds([&] { tinyscale::backward(cross_entropy(model.head(leaf()), b.targets)); });
-  for (const nn::NamedParameter& p : model.parameters()) { // (the pipeline owns the optimizer)
-    Tensor param = p.tensor;                               // a handle: the model's own tensor
-    param.set_grad(Tensor());
-  }
-  return out;
 }
 
 bool PipelineTrainer::owns(const std::string& name) const {

@@ -30,8 +30,8 @@ struct PipelineOptions {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int chunks = 1;                    ///< v: model chunks per rank (interleaved only)
   std::vector<int> blocks_per_stage; ///< a manual cut, one count per virtual stage; empty: even
-  /// Without a manual cut: balance the stages by measured costs (measure_layer_costs, on rank
-  /// 0, broadcast) instead of counting blocks.
+  /// Without a manual cut: balance the stages by measured costs (timed on rank 0,
+  /// broadcast) instead of counting blocks.
   bool measured_partition = false;
   /// For tests only: false skips summing the tied embedding's gradient between the first and
   /// the last stage (the negative control of the equivalence tests).
@@ -60,10 +60,6 @@ struct LayerCosts {
   std::vector<double> blocks; ///< each block
   double head = 0;            ///< ln_f, the tied logits and the cross-entropy
 };
-
-/// Times each piece of `trainer`'s model on `rows` rows of the first batch (the median of three
-/// runs after one warm-up). Changes no parameter (the gradients it leaves are cleared).
-LayerCosts measure_layer_costs(train::Trainer& trainer, std::int64_t rows);
 
 /// What one rank measured in the last step, per action: seconds since the trainer's origin,
 /// taken right after a barrier, so the ranks' times line up (steady_clock is system-wide on one
@@ -120,8 +116,6 @@ public:
   /// Collective: the mean validation cross-entropy of the whole model, run through the stages
   /// (each validation batch as one micro-batch, stage after stage; every pipeline runs it).
   double evaluate();
-  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
-  Device device() const { return trainer_.device(); }
   /// Collective: writes a checkpoint in the single-rank layout (every parameter whole, with its
   /// AdamW moments and step count; pp/checkpoint.cpp) under train.checkpoint_dir from the rank
   /// that is rank 0 of every group; returns its directory on every rank.
@@ -129,7 +123,6 @@ public:
   /// Loads a checkpoint written by any layout (one rank, dp, tp, pp, ep, ZeRO, composed) and
   /// cuts it into this rank's pieces; the config must match as for train::Trainer::resume.
   void resume(const std::string& path);
-  double flops_per_token() const { return trainer_.flops_per_token(); }
 
   /// Collective: the full model's parameters, each from the rank that trains it (every rank
   /// gets every one; the embeddings from the first stage). Only for nn::GPT stages (throws

@@ -7,6 +7,7 @@
 
 #include "autograd/grad_mode.hpp"
 #include "comm/tensor_comm.hpp"
+#include "dp/step.hpp"
 #include "optim/clip.hpp"
 
 #include <algorithm>
@@ -42,12 +43,8 @@ void PipelineTrainer::finish_step(train::StepResult& r,
   // MoE statistics of every layer, from its stage, summed over pp and then the pipelines that
   // run other rows
   const nn::ModelConfig& model = trainer_.config().model;
-  const std::vector<double> figures = train::step_sums(r, model);
-  Tensor sums = Tensor::from_vector(figures, Shape({static_cast<std::int64_t>(figures.size())}),
-                                    DType::Float64);
-  comm::all_reduce(*group_, sums);
-  if (row_replicas() != nullptr) comm::all_reduce(*row_replicas(), sums);
-  train::set_step_sums(r, sums.to_vector(), model);
+  dp::reduce_step_result(*group_, r, model);
+  if (row_replicas() != nullptr) dp::reduce_step_result(*row_replicas(), r, model);
   r.loss = r.lm_loss + r.aux_loss + r.z_loss;
   r.grad_norm = global_grad_norm();
   const double lr = trainer_.learning_rate();

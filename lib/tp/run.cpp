@@ -3,8 +3,6 @@
 #include "mesh/mesh.hpp"
 #include "tp/trainer.hpp"
 
-#include <cstdio>
-
 namespace tinyscale::tp {
 
 namespace {
@@ -21,14 +19,11 @@ public:
   }
 
   std::string describe() const override {
-    char buf[300];
-    std::snprintf(buf, sizeof buf,
-                  "tensor parallel: tp %d%s x dp %d (%s) | %lld micro-batches of %lld rows per "
-                  "dp rank",
-                  plan_.tp, plan_.sequence_parallel ? " with sequence parallelism" : "", plan_.dp,
-                  world_->backend(), static_cast<long long>(trainer_->config().train.micro_batches),
-                  static_cast<long long>(trainer_->micro_batch_rows()));
-    return buf;
+    return train::formatted(
+        "tensor parallel: tp %d%s x dp %d (%s) | %lld micro-batches of %lld rows per dp rank",
+        plan_.tp, plan_.sequence_parallel ? " with sequence parallelism" : "", plan_.dp,
+        world_->backend(), static_cast<long long>(core().config().train.micro_batches),
+        static_cast<long long>(trainer_->micro_batch_rows()));
   }
 
 private:

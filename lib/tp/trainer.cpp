@@ -34,7 +34,7 @@ TpContext context(comm::Communicator& tp, const TpOptions& options) {
 
 TpTrainer::TpTrainer(io::RunConfig config, comm::Communicator& tp, comm::Communicator* dp,
                      TpOptions options)
-    : tp_(&tp), dp_(dp), options_(options),
+    : tp_(&tp), dp_(dp),
       trainer_(
           [&](const io::RunConfig& c) {
             auto model = std::make_unique<TpGPT>(c.model, c.train.seed, context(tp, options));

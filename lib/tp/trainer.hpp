@@ -57,8 +57,6 @@ public:
   std::int64_t step() const { return trainer_.step(); }
   /// Where the shards live (train.device).
   Device device() const { return trainer_.device(); }
-  /// Model FLOPs per trained token of the whole model (PaLM; metrics/flops.hpp).
-  double flops_per_token() const { return trainer_.flops_per_token(); }
   /// Elements of the whole model (every shard of a split parameter counted once per rank).
   std::int64_t parameter_count() const;
   const io::RunConfig& config() const { return trainer_.config(); }
@@ -67,11 +65,12 @@ public:
   const data::TokenDataset& dataset() const { return trainer_.dataset(); }
   /// Rows of one micro-batch on this rank: batch_size / (dp x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }
+  /// Chapter 02's trainer over this rank's shards (its step, config, data and AdamW).
+  const train::Trainer& trainer() const { return trainer_; }
 
 private:
   comm::Communicator* tp_;
   comm::Communicator* dp_;
-  TpOptions options_;
   const TpGPT* model_ = nullptr; // the trainer's model
   train::Trainer trainer_;
   std::unique_ptr<dp::DataParallel> data_parallel_;

@@ -2,9 +2,9 @@
 #include "train/init_from.hpp"
 
 #include "core/error.hpp"
+#include "train/run.hpp"
 #include "train/trainer.hpp"
 
-#include <cstdio>
 #include <map>
 
 namespace tinyscale::train {
@@ -27,13 +27,10 @@ io::RunConfig with_hf_model(io::RunConfig config, const nn::ModelConfig& hf) {
 }
 
 std::string describe_hf_model(const std::string& dir, const nn::ModelConfig& hf) {
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "init: weights from the GPT-2 folder %s (%d layers, %d heads, d_model %lld, "
-                "vocabulary %lld, %lld positions); the optimizer starts fresh",
-                dir.c_str(), hf.n_layer, hf.n_head, static_cast<long long>(hf.n_embd),
-                static_cast<long long>(hf.vocab_size), static_cast<long long>(hf.n_positions));
-  return line;
+  return formatted("init: weights from the GPT-2 folder %s (%d layers, %d heads, d_model %lld, "
+                   "vocabulary %lld, %lld positions); the optimizer starts fresh",
+                   dir.c_str(), hf.n_layer, hf.n_head, static_cast<long long>(hf.n_embd),
+                   static_cast<long long>(hf.vocab_size), static_cast<long long>(hf.n_positions));
 }
 
 std::string write_init_checkpoint(const io::RunConfig& config, const io::HfModel& hf,

@@ -2,6 +2,9 @@
 
 #include "backend/cpu/intra_op.hpp"
 
+#include <cstdarg>
+#include <cstdio>
+
 namespace tinyscale::train {
 
 namespace {
@@ -17,6 +20,17 @@ public:
 
 std::unique_ptr<RankRun> make_single_rank_run(const io::RunConfig& config) {
   return std::make_unique<SingleRankRun>(config);
+}
+
+std::string formatted(const char* format, ...) {
+  std::va_list args, count;
+  va_start(args, format);
+  va_copy(count, args);
+  std::string out(static_cast<std::size_t>(std::vsnprintf(nullptr, 0, format, count)), '\0');
+  va_end(count);
+  std::vsnprintf(out.data(), out.size() + 1, format, args);
+  va_end(args);
+  return out;
 }
 
 int threads_per_rank(const TrainConfig& train, int ranks_on_this_machine, int cores_given) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 namespace tinyscale::train {
 
@@ -52,24 +53,34 @@ public:
   virtual void finish() {}
 };
 
-/// A RankRun over a trainer with train::Trainer's methods (train_step, evaluate, save_checkpoint,
-/// resume, step, device, flops_per_token, parameter_count, dataset): a layout's run derives from
-/// it, builds `trainer_` in its constructor (after the groups it needs) and adds its reports.
+/// A RankRun over a trainer with train_step, evaluate, save_checkpoint, resume, parameter_count
+/// and the train::Trainer it wraps as trainer() (step, device, FLOPs and data are that one's): a
+/// layout's run derives from it, builds `trainer_` in its constructor (after the groups it needs)
+/// and adds its reports.
 template <typename TrainerT> class TrainerRun : public RankRun {
 public:
   StepResult train_step() override { return trainer_->train_step(); }
   double evaluate() override { return trainer_->evaluate(); }
   std::string save_checkpoint() override { return trainer_->save_checkpoint(); }
   void resume(const std::string& path) override { trainer_->resume(path); }
-  std::int64_t step() const override { return trainer_->step(); }
-  Device device() const override { return trainer_->device(); }
-  double flops_per_token() const override { return trainer_->flops_per_token(); }
+  std::int64_t step() const override { return core().step(); }
+  Device device() const override { return core().device(); }
+  double flops_per_token() const override { return core().flops_per_token(); }
   std::int64_t parameter_count() const override { return trainer_->parameter_count(); }
-  const data::TokenDataset& dataset() const override { return trainer_->dataset(); }
+  const data::TokenDataset& dataset() const override { return core().dataset(); }
 
 protected:
+  const Trainer& core() const {
+    if constexpr (std::is_same_v<TrainerT, Trainer>)
+      return *trainer_;
+    else
+      return trainer_->trainer();
+  }
   std::unique_ptr<TrainerT> trainer_;
 };
+
+/// printf into a string: the lines of a layout's reports.
+std::string formatted(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 /// The single-rank run of chapter 02: a Trainer, no wrapper.
 std::unique_ptr<RankRun> make_single_rank_run(const io::RunConfig& config);

@@ -36,17 +36,15 @@ public:
 
   std::string describe() const override {
     const int stage = plan_.zero;
-    char buf[300];
-    std::snprintf(buf, sizeof buf,
-                  "ZeRO stage %d: dp %d (%s) | %lld micro-batches of %lld rows per rank | %s%s",
-                  stage, world_->size(), world_->backend(),
-                  static_cast<long long>(trainer_->config().train.micro_batches),
-                  static_cast<long long>(trainer_->micro_batch_rows()),
-                  stage == 1   ? "optimizer state sharded"
-                  : stage == 2 ? "optimizer state and gradients sharded"
-                               : "optimizer state, gradients and parameters sharded",
-                  stage == 3 ? (plan_.prefetch ? ", next unit prefetched" : ", no prefetch") : "");
-    return buf;
+    return train::formatted(
+        "ZeRO stage %d: dp %d (%s) | %lld micro-batches of %lld rows per rank | %s%s", stage,
+        world_->size(), world_->backend(),
+        static_cast<long long>(core().config().train.micro_batches),
+        static_cast<long long>(trainer_->micro_batch_rows()),
+        stage == 1   ? "optimizer state sharded"
+        : stage == 2 ? "optimizer state and gradients sharded"
+                     : "optimizer state, gradients and parameters sharded",
+        stage == 3 ? (plan_.prefetch ? ", next unit prefetched" : ", no prefetch") : "");
   }
 
   void annotate(const train::StepResult&, nlohmann::json& line, std::string& text) const override {
@@ -60,10 +58,9 @@ public:
                     {"gathered_peak_bytes", m.gathered_peak},
                     {"reduce_peak_bytes", m.reduce_peak},
                     {"sent_bytes", sent_}};
-    char buf[120];
-    std::snprintf(buf, sizeof buf, " | state %.0f KiB/rank | sent %.0f KiB",
-                  kib(static_cast<double>(m.parameters + m.gradients + m.optimizer)), kib(sent_));
-    text += buf;
+    text += train::formatted(" | state %.0f KiB/rank | sent %.0f KiB",
+                             kib(static_cast<double>(m.parameters + m.gradients + m.optimizer)),
+                             kib(sent_));
   }
 
   // Every rank's state, activation, gathered and reduce peaks and last step's bytes, gathered to

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "dp/step.hpp"
+#include "dp/trainer.hpp"
 #include "nn/gpt.hpp"
 #include "nn/layers.hpp"
 
@@ -83,18 +84,13 @@ std::string ZeroTrainer::save_checkpoint() {
     if (writer) // in host memory: the device keeps only this rank's shards
       for (std::size_t i : unit) values[i] = params[i].tensor.detach().to(Device::cpu());
   });
-  std::string dir;
-  if (writer) {
+  return dp::save_from_rank_0(trainer_, *group_, [&] {
     io::Checkpoint c;
     trainer_.stamp(c);
     for (std::size_t i = 0; i < params.size(); ++i) c.model.emplace_back(params[i].name, values[i]);
     c.optimizer = std::move(state);
-    dir = trainer_.write_checkpoint(c);
-  }
-  group_->barrier(); // the checkpoint is complete on disk when any rank returns
-  return group_->rank() == 0
-             ? dir
-             : trainer_.config().train.checkpoint_dir + "/" + io::checkpoint_dir_name(step());
+    return trainer_.write_checkpoint(c);
+  });
 }
 
 void ZeroTrainer::resume(const std::string& path) {

@@ -49,8 +49,6 @@ public:
   /// Elements of the whole model (psi of the formulas), whatever each rank holds.
   std::int64_t parameter_count() const { return zero_->parameter_count(); }
   Device device() const { return trainer_.device(); }
-  double flops_per_token() const { return trainer_.flops_per_token(); }
-  const data::TokenDataset& dataset() const { return trainer_.dataset(); }
   const train::Trainer& trainer() const { return trainer_; }
   ShardedDataParallel& sharded() { return *zero_; }
   const ShardedDataParallel& sharded() const { return *zero_; }
