@@ -32,11 +32,7 @@ std::uint64_t tensor_bytes(const Tensor& t) {
   return static_cast<std::uint64_t>(t.numel()) * dtype_size(t.dtype());
 }
 
-std::string where(const std::string& path) {
-  std::string text = "read_checkpoint: '";
-  text += path;
-  return text + "'";
-}
+std::string where(const std::string& path) { return "read_checkpoint: '" + path + "'"; }
 
 // The CRC-32 of each of `ranges` (sorted, disjoint) in one pass over the file, reading it in
 // chunks of 1 MiB; a range may start and end anywhere, so one chunk can finish one range, hold
