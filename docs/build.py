@@ -125,6 +125,10 @@ def main():
               "-d", str(out / "doctrees"), "-D", f"breathe_projects.tinyscale={xml}",
               str(out / "stage"), str(out / "html")]
     if subprocess.run(sphinx).returncode != 0:
+        # Sphinx keeps its environment even when it warned, so the next run would skip the pages
+        # that warned and pass. Dropping the environment makes every run after a failure re-read
+        # all pages and report the same warnings until they are fixed.
+        shutil.rmtree(out / "doctrees", ignore_errors=True)
         fail("Sphinx reported warnings (above; each names the staged page under "
              f"{out / 'stage'}, whose path mirrors the source file's)")
     count = check_reference(root, xml, out / "html")
