@@ -3,9 +3,9 @@
 // rank (counted by comm::CountingCommunicator) beside docs/theory.md sec. 10's formula; the
 // attention work each rank did (query-key pairs its forward scored, counted as it ran) beside
 // cp::causal_pairs; and one layer's activation bytes per rank, measured by counting the CPU
-// backend's allocations (metrics/memory.hpp), beside the 1/N that cutting the sequence predicts.
-// The easy thing to get wrong: a contiguous split moves the same bytes as the balanced one but
-// leaves the last rank with almost all the causal work; only the work column shows it.
+// backend's allocations (backend/memory_counter.hpp), beside the 1/N that cutting the sequence
+// predicts. The easy thing to get wrong: a contiguous split moves the same bytes as the balanced
+// one but leaves the last rank with almost all the causal work; only the work column shows it.
 #include "backend/memory_counter.hpp"
 #include "bench_ranks.hpp"
 #include "comm/counting.hpp"

@@ -346,7 +346,8 @@ void add_bench_plan(CLI::App& bench) {
                            [opt] { run_bench_plan(*opt); });
   cmd->add_option("--layouts", opt->layouts,
                   "Measure only these layouts: 1 (one rank) or tokens joined by ':' (dpN, tpN, "
-                  "ppN, epN, mN, vN, zeroN, a schedule), e.g. 1,dp2,pp2:m4:gpipe")
+                  "ppN, epN, cpN, mN, vN, zeroN, a schedule, recompute or selective), e.g. "
+                  "1,dp2,pp2:m4:gpipe")
       ->delimiter(',');
   cmd->add_option("--micro-batches", opt->micro_batches, "Micro-batch counts m of the pipelines")
       ->capture_default_str()

@@ -2,7 +2,7 @@
 // without sequence parallelism: the step time, the bytes the transformer blocks' collectives moved
 // (counted by comm::CountingCommunicator) beside docs/theory.md sec. 4's formula, and the
 // activation memory of one micro-batch per rank, measured by counting the CPU backend's allocations
-// (metrics/memory.hpp), beside Korthikanti's predicted ratio.
+// (backend/memory_counter.hpp), beside Korthikanti's predicted ratio.
 // The easy thing to get wrong: sequence parallelism moves twice the payload of plain TP (two
 // all-gathers and two reduce-scatters of full buffers where TP had two all-reduces, each way) yet
 // puts the same bytes on the wire, since a ring all-reduce is a reduce-scatter plus an all-gather.

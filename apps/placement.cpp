@@ -63,8 +63,8 @@ void add_placement(CLI::App& app) {
   cmd->add_option("--pp", opt->shape.pp, "Pipeline-parallel size (stages)")->capture_default_str();
   cmd->add_option("--ep", opt->shape.ep, "Expert-parallel size")->capture_default_str();
   cmd->add_option("--cp", opt->shape.cp,
-                  "Context-parallel size, for placement only: the mesh has a cp axis, but no "
-                  "trainer splits the sequence yet, so `train` always runs cp = 1")
+                  "Context-parallel size: ranks that each hold a part of every sequence "
+                  "(`train --cp`, chapter 14)")
       ->capture_default_str();
   cmd->add_option("--order", opt->order,
                   "Rank order, innermost first: the first axis varies fastest across ranks")

@@ -1,8 +1,8 @@
 // `tinyscale train`: one training loop for every layout. The flags make a mesh::ParallelPlan
 // (one rank; data parallel, chapter 04: --dp N on threads or every rank of mpirun; tensor
-// parallel, 05: --tp; pipelined, 06: --pp; ZeRO, 07: --zero; expert parallel, 08: --ep; or any
-// combination on one mesh, 10), fourd::check_plan validates it before any rank starts and
-// fourd::make_run gives each rank its train::RankRun. The loop prints one line per
+// parallel, 05: --tp; pipelined, 06: --pp; ZeRO, 07: --zero; expert parallel, 08: --ep; context
+// parallel, 14: --cp; or several on one mesh, 10), fourd::check_plan validates it before any rank
+// starts and fourd::make_run gives each rank its train::RankRun. The loop prints one line per
 // train.log_every steps, a progress bar with ETA on an interactive terminal, validation loss beside
 // the data's entropy rate where it is known, writes JSON lines with --metrics and a Chrome trace
 // with --trace. Easy to get wrong: MFU needs a peak; without one it prints "n/a" and how to get
@@ -435,9 +435,10 @@ void add_train(CLI::App& app) {
   auto opt = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand(
       "train",
-      "Train a GPT-2 (or MoE) model on one CPU rank, data parallel (--dp N, mpirun), "
-      "tensor parallel (--tp N [--sp]), pipelined (--pp N), expert parallel (--ep N), with "
-      "ZeRO (--zero 1|2|3), or any combination of them on one mesh (chapter 10). Where it runs: "
+      "Train a GPT-2 (or MoE) model on one rank, data parallel (--dp N, mpirun), tensor "
+      "parallel (--tp N [--sp]), pipelined (--pp N), expert parallel (--ep N), context "
+      "parallel (--cp N), with ZeRO (--zero 1|2|3), or several of them on one mesh (chapter "
+      "10; ZeRO stage 1 at most there). Where it runs: "
       "train.device = cpu, cuda (ranks as threads sharing one GPU, or one GPU per process with "
       "nccl; ZeRO needs threads or nccl there) or emu (the emulated device that proves the GPU "
       "path on a CPU; chapter 11); every layout runs on each");
@@ -473,10 +474,11 @@ void add_train(CLI::App& app) {
       "checkpoint, start at step 0 when it holds none, and say which: one command for "
       "the first start and every restart (a requeued job, a restart loop)");
   cmd->add_flag("--list-keys", opt->list_keys, "List every config key with its default and exit");
-  cmd->add_option("--dp", opt->plan.dp,
-                  "Data-parallel ranks (chapter 04): N threads, or under mpirun the world size "
-                  "(divided by --tp); train.batch_size is the global batch and must divide by "
-                  "N x micro_batches")
+  cmd->add_option(
+         "--dp", opt->plan.dp,
+         "Data-parallel ranks (chapter 04): N threads, or under mpirun the world size "
+         "divided by tp x pp x cp; train.batch_size is the global batch and must divide by "
+         "N x micro_batches")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--tp", opt->plan.tp,
                   "Tensor-parallel ranks (chapter 05): the model's heads, MLP and vocabulary split "
@@ -486,8 +488,8 @@ void add_train(CLI::App& app) {
                 "Sequence parallelism with --tp: LayerNorm and dropout on sequence shards");
   cmd->add_option("--ep", opt->plan.ep,
                   "Expert-parallel ranks (chapter 08): each MoE layer's experts spread over N of "
-                  "the --dp data-parallel ranks (N divides dp and model.moe.n_experts); without "
-                  "--dp the world is N ranks")
+                  "the --dp data-parallel ranks (N divides dp and model.moe.n_experts); on "
+                  "threads without --dp, dp = N")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--ep-placement", opt->plan.ep_placement,
                   "Which experts each ep rank holds: contiguous (rank r: r*E/ep ...) or "

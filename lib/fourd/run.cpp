@@ -46,8 +46,8 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
              "--pp-blocks 3,2) or leave it out for an even one");
   } else {
     TS_CHECK(trace_path.empty() || (plan.tp == 1 && plan.ep == 1 && plan.zero == 0),
-             "train: --trace records data-parallel, pipeline and composed runs (chapters 04, 06, ",
-             "10); leave it out with --tp, --ep or --zero alone");
+             "train: --trace records data-parallel, pipeline, context-parallel and composed runs ",
+             "(chapters 04, 06, 14, 10); leave it out with --tp, --ep or --zero alone");
   }
   plan::check_layout_rules(plan, config); // every axis' rules, shared with the planner
 }

@@ -13,9 +13,10 @@
 namespace tinyscale::fourd {
 
 /// Throws, naming the flag or key and the fix, unless `plan` can train `config`: the flags fit
-/// together (--sp needs --tp, the pipeline flags --pp, --trace a data-parallel or pipelined run),
-/// this version can run it (a GPU with one rank, a composed run with ZeRO 1 at most), and the
-/// layout rules the planner uses too hold (plan::check_layout_rules). Call it before any rank
+/// together (--sp needs --tp, the pipeline flags --pp, --cp-split --cp, --trace anything but tp,
+/// ep or ZeRO alone), this version can run it (a composed run with ZeRO 1 at most and no
+/// measured --pp-blocks), and the layout rules the planner uses too hold
+/// (plan::check_layout_rules). Call it before any rank
 /// starts; plan.dp must be resolved (mesh::ParallelPlan::for_world).
 void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                 const std::string& trace_path = "");
@@ -24,15 +25,15 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
 /// this rank's run of `plan`. One axis runs its chapter's trainer; no axis, a data-parallel run
 /// over `world` (one rank included: `tinyscale train` runs a lone rank on chapter 02's Trainer
 /// without this, train::make_single_rank_run); several axes, an explicit order or a topology
-/// compose on one mesh (chapter 10). `trace_path` records a Chrome trace (data-parallel, pipeline
-/// and composed runs).
+/// compose on one mesh (chapter 10). `trace_path` records a Chrome trace (data-parallel, pipeline,
+/// context-parallel and composed runs).
 std::unique_ptr<train::RankRun> make_run(const mesh::ParallelPlan& plan,
                                          const io::RunConfig& config, comm::Communicator& world,
                                          const std::string& trace_path = "");
 
-/// Collective over `world` (dp x tp x pp ranks): dp x tp x pp x ep on one mesh in plan.order,
-/// ZeRO-1 optional; each step line adds rank 0's AdamW state, finish() prints what every rank
-/// trains and holds (and writes the trace).
+/// Collective over `world` (dp x tp x pp x cp ranks): dp x tp x pp x ep x cp on one mesh in
+/// plan.order, ZeRO-1 optional; each step line adds rank 0's AdamW state, finish() prints what
+/// every rank trains and holds (and writes the trace).
 std::unique_ptr<train::RankRun> make_composed_run(const mesh::ParallelPlan& plan,
                                                   const io::RunConfig& config,
                                                   comm::Communicator& world,

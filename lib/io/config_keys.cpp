@@ -83,7 +83,8 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(train.checkpoint_keep_every,
                     "with checkpoint_keep_last: also keep every step that is a multiple of N"),
       TS_CONFIG_KEY(train.peak_gflops, "device peak GFLOP/s for MFU; 0 = look it up or measure"),
-      TS_CONFIG_KEY(train.device, "where the model trains: cpu, cuda (one GPU per rank) or emu "
+      TS_CONFIG_KEY(train.device, "where the model trains: cpu, cuda (ranks as threads share "
+                                  "this process's GPU; with nccl, one GPU per process) or emu "
                                   "(the emulated device: CPU arithmetic, device memory rules)"),
       TS_CONFIG_KEY(train.recompute, "activation recompute: none, selective (the attention core's "
                                      "scores and softmax) or full (each block from its input)"),

@@ -1,10 +1,11 @@
 // The layout rules that `tinyscale train` and the planner share (chapter 09): whether a parallel
 // plan can lay out a model at all, checked by the per-axis functions the trainers themselves call
-// (tp::check_tp_layout, ep::check_ep_layout, pp::check_pipeline_layout, zero::check_zero_layout,
-// train::check_batch_split), so the planner never proposes a layout that `train` refuses.
-// The easy thing to get wrong: these are rules of the layout. What this version's executor cannot
-// run yet (a GPU with more than one rank, ZeRO 2 or 3 in a composed run) is fourd::check_plan's,
-// on top of them; and the planner's cost model adds its own even split of the layers.
+// (tp::check_tp_layout, ep::check_ep_layout, cp::check_cp_layout, pp::check_pipeline_layout,
+// zero::check_zero_layout, train::check_batch_split), so the planner never proposes a layout that
+// `train` refuses. The easy thing to get wrong: these are rules of the layout. What this
+// version's executor cannot run yet (ZeRO 2 or 3 in a composed run, measured --pp-blocks on its
+// shards) is fourd::check_plan's, on top of them; and the planner's cost model adds its own even
+// split of the layers.
 #pragma once
 
 #include "io/config.hpp"
@@ -19,8 +20,9 @@ namespace tinyscale::plan {
 /// Throws, naming the key and the fix, unless `plan` can lay out `config`: tp divides the heads,
 /// the width, the MLP and the vocabulary (and the sequence with --sp); ep divides the experts and
 /// the data-parallel ranks; the schedule fits the stages and micro-batches, the layers cut into
-/// the stages, and ZeRO 2 and 3 are not pipelined; the global batch splits into dp x
-/// micro_batches equal parts. plan.dp must be resolved (mesh::ParallelPlan::for_world).
+/// the stages, and ZeRO 2 and 3 are not pipelined; cp cuts the sequence (into cp x tp parts with
+/// --sp) and runs with ZeRO 1 at most; the global batch splits into dp x micro_batches equal
+/// parts. plan.dp must be resolved (mesh::ParallelPlan::for_world).
 void check_layout_rules(const mesh::ParallelPlan& plan, const io::RunConfig& config);
 
 /// The run config that a planner's candidate describes: the model's sizes from `model`, the global

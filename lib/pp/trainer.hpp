@@ -50,7 +50,7 @@ struct PipelineOptions {
 /// Throws, before any work, unless `config` can run as a pipeline of `stages` ranks inside
 /// `data_parallel` pipelines: the schedule fits p, m and v (pp/schedule.hpp), p v <= n_layer
 /// and the partition leaves no stage empty, the batch divides by data_parallel x micro-batches,
-/// and the device is the CPU.
+/// and ZeRO is stage 0 or 1 when there is more than one stage.
 void check_pipeline_layout(const io::RunConfig& config, int stages, const PipelineOptions& options,
                            int data_parallel = 1);
 

@@ -20,7 +20,8 @@
 namespace tinyscale::zero {
 
 /// Throws, before any work, unless a ZeRO run of `config` on `ranks` data-parallel ranks fits:
-/// stage 1, 2 or 3; train.batch_size divisible by ranks x micro_batches; the CPU.
+/// stage 1, 2 or 3; train.batch_size divisible by ranks x micro_batches. (Whether the
+/// communicator reads the parameters' memory is checked when the run starts.)
 void check_zero_layout(const io::RunConfig& config, int ranks, int stage);
 
 /// One rank's model (its parameters gathered or sharded), state shard and data.
