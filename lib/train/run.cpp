@@ -1,7 +1,9 @@
 #include "train/run.hpp"
 
 #include "backend/cpu/intra_op.hpp"
+#include "core/error.hpp"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 
@@ -26,10 +28,13 @@ std::string formatted(const char* format, ...) {
   std::va_list args, count;
   va_start(args, format);
   va_copy(count, args);
-  std::string out(static_cast<std::size_t>(std::vsnprintf(nullptr, 0, format, count)), '\0');
+  const int n = std::vsnprintf(nullptr, 0, format, count);
   va_end(count);
-  std::vsnprintf(out.data(), out.size() + 1, format, args);
+  std::string out(static_cast<std::size_t>(std::max(n, 0)), '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args);
   va_end(args);
+  TS_CHECK(n >= 0, "train::formatted: printf could not format \"", format,
+           "\" (an encoding error); check the arguments against the format");
   return out;
 }
 

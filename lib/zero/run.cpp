@@ -81,7 +81,7 @@ public:
     const double psi = static_cast<double>(trainer_->sharded().parameter_count());
     const StateBytes f = state_bytes_formula(plan_.zero, psi, n);
     const double sent_formula =
-        traffic_formula(plan_.zero, n, static_cast<int>(trainer_->config().train.micro_batches)) *
+        traffic_formula(plan_.zero, n, static_cast<int>(core().config().train.micro_batches)) *
         psi * 4;
     std::printf("memory per rank, counted by the allocator, beside Rajbhandari et al. (fp32: 4 + "
                 "4 + 8 bytes per parameter, psi = %.0f, N = %d), and the last step's bytes sent:\n"

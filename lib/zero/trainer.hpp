@@ -49,7 +49,6 @@ public:
   std::int64_t step() const { return trainer_.step(); }
   /// Elements of the whole model (psi of the formulas), whatever each rank holds.
   std::int64_t parameter_count() const { return zero_->parameter_count(); }
-  Device device() const { return trainer_.device(); }
   const train::Trainer& trainer() const { return trainer_; }
   ShardedDataParallel& sharded() { return *zero_; }
   const ShardedDataParallel& sharded() const { return *zero_; }

@@ -2,7 +2,9 @@
 // micro-batching equals the whole batch, and a corrupted checkpoint stops a resume with a clear
 // error instead of training from garbage.
 #include "io/hf_export.hpp"
+#include "require_ts_error.hpp"
 #include "tinyscale.hpp"
+#include "train/run.hpp"
 #include "train/trainer.hpp"
 
 #include <catch2/catch.hpp>
@@ -166,4 +168,16 @@ TEST_CASE("A trained model exported to Hugging Face GPT-2 layout re-imports bit 
           nn::find_parameter(t.model().parameters(), name).tensor.to_vector());
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE("train::formatted prints any length and refuses what printf cannot encode",
+          "[unit][train]") {
+  const std::string long_text(1000, 'x'); // longer than the fixed buffers it replaced
+  CHECK(train::formatted("%s|%d|%lld|%.2f", long_text.c_str(), 7, 123456789012LL, 0.5) ==
+        long_text + "|7|123456789012|0.50");
+  CHECK(train::formatted("%s", "").empty());
+  // In the C locale (a test binary never calls setlocale) a wide character past ASCII has no
+  // encoding: printf returns -1, which must not become a huge length.
+  REQUIRE_TS_ERROR(train::formatted("%ls", L"\u00e9"),
+                   Catch::Contains("train::formatted") && Catch::Contains("encoding error"));
 }
