@@ -3,8 +3,7 @@
 // memory (TINYSCALE_COMM_DEVICE_ONLY=emu), as nccl reads only a GPU's, so a trainer that hands a
 // collective a host buffer fails by name. ctest cannot hand two variables through
 // catch_discover_tests' PROPERTIES (the list separator is lost), so the first implies the second.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch_session.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -13,5 +12,5 @@ int main(int argc, char* argv[]) {
   const char* device = std::getenv("TINYSCALE_TEST_DEVICE");
   if (device != nullptr && std::string(device) == "emu")
     setenv("TINYSCALE_COMM_DEVICE_ONLY", "emu", /*overwrite=*/0);
-  return Catch::Session().run(argc, argv);
+  return tinyscale::test::run_catch(argc, argv);
 }

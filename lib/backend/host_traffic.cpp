@@ -14,7 +14,7 @@ struct TrafficState {
 } // namespace detail
 
 namespace {
-thread_local std::shared_ptr<detail::TrafficState> active;
+thread_local std::shared_ptr<detail::TrafficState> active_traffic;
 
 std::int64_t total(const HostTraffic& t, bool to_host, bool bytes) {
   std::int64_t n = 0;
@@ -51,17 +51,17 @@ std::string HostTraffic::table() const {
   return out.str();
 }
 
-CountHostTraffic::CountHostTraffic(HostTraffic& traffic) : previous_(active) {
-  active = traffic.state_;
+CountHostTraffic::CountHostTraffic(HostTraffic& traffic) : previous_(active_traffic) {
+  active_traffic = traffic.state_;
 }
 
-CountHostTraffic::~CountHostTraffic() { active = previous_; }
+CountHostTraffic::~CountHostTraffic() { active_traffic = previous_; }
 
 void record_host_transfer(bool to_host, std::size_t bytes, const CallSite& where) {
-  if (!active) return;
+  if (!active_traffic) return;
   std::string site = site_name(where);
-  std::lock_guard lock(active->mutex);
-  HostTransfers& s = active->sites[{to_host, site}];
+  std::lock_guard lock(active_traffic->mutex);
+  HostTransfers& s = active_traffic->sites[{to_host, site}];
   s.where = std::move(site);
   s.to_host = to_host;
   s.count += 1;

@@ -17,7 +17,7 @@ void reduce_into(void* accumulator, const void* incoming, std::int64_t count, DT
   TS_CHECK(memory_of(incoming) == memory, "reduce_into: expected both buffers in one memory, ",
            "found the accumulator on ", memory.str(), " and the incoming values on ",
            memory_of(incoming).str(), "; a collective's scratch must live where its buffer does");
-  Backend& backend = backend_for(memory);
+  tinyscale::Backend& backend = backend_for(memory);
   backend.reduce_buffers(accumulator, incoming, count, dtype,
                          op == ReduceOp::Max ? BufferReduce::Max : BufferReduce::Add);
   backend.synchronize(); // a device result is complete before another rank or stream reads it
@@ -26,7 +26,7 @@ void reduce_into(void* accumulator, const void* incoming, std::int64_t count, DT
 void finish_reduction(void* buffer, std::int64_t count, DType dtype, ReduceOp op, int group_size) {
   if (op != ReduceOp::Avg || count == 0) return;
   check_reducible(dtype, op, "finish_reduction");
-  Backend& backend = backend_for(memory_of(buffer));
+  tinyscale::Backend& backend = backend_for(memory_of(buffer));
   backend.divide_buffer(buffer, count, dtype, static_cast<double>(group_size));
   backend.synchronize();
 }

@@ -26,7 +26,7 @@ static_assert(std::endian::native == std::endian::little, "safetensors I/O assum
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json; // keeps the keys in the order written
 
 // The safetensors reference implementation refuses headers above 100 MB; so do we.
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
@@ -53,7 +53,7 @@ struct Entry {
 // `origin` names the reader and the file in every message: "load_safetensors('m.safetensors')".
 std::string where(const std::string& origin) { return origin + ": "; }
 
-std::uint64_t read_u64(const json& value, const std::string& origin, const std::string& what) {
+std::uint64_t read_u64(const ojson& value, const std::string& origin, const std::string& what) {
   TS_CHECK(value.is_number_unsigned() ||
                (value.is_number_integer() && value.get<std::int64_t>() >= 0),
            where(origin), what, ": expected a non-negative integer, found ", value.dump(),
@@ -61,7 +61,7 @@ std::uint64_t read_u64(const json& value, const std::string& origin, const std::
   return value.get<std::uint64_t>();
 }
 
-Entry parse_entry(const std::string& name, const json& value, const std::string& origin) {
+Entry parse_entry(const std::string& name, const ojson& value, const std::string& origin) {
   const std::string what = "tensor '" + name + "'";
   TS_CHECK(value.is_object() && value.contains("dtype") && value.contains("shape") &&
                value.contains("data_offsets"),
@@ -69,7 +69,7 @@ Entry parse_entry(const std::string& name, const json& value, const std::string&
            value.dump(), "; the header is malformed, re-create the file");
   Entry e;
   e.name = name;
-  const json& dtype = value["dtype"];
+  const ojson& dtype = value["dtype"];
   const std::string code = dtype.is_string() ? dtype.get<std::string>() : dtype.dump();
   const auto known = {DType::Float32, DType::Float64, DType::Int64, DType::BFloat16};
   const auto it =
@@ -84,7 +84,7 @@ Entry parse_entry(const std::string& name, const json& value, const std::string&
   constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
   std::uint64_t bytes = dtype_size(e.dtype);
   std::uint64_t span = bytes;
-  for (const json& dim : value["shape"]) {
+  for (const ojson& dim : value["shape"]) {
     const std::uint64_t d = read_u64(dim, origin, what + " shape");
     TS_CHECK(std::max<std::uint64_t>(d, 1) <= kMax / span, where(origin), what,
              ": expected a shape whose byte size, zero sizes counted as 1, fits in a signed ",
@@ -93,7 +93,7 @@ Entry parse_entry(const std::string& name, const json& value, const std::string&
     bytes *= d;
     e.shape.push_back(static_cast<std::int64_t>(d));
   }
-  const json& offsets = value["data_offsets"];
+  const ojson& offsets = value["data_offsets"];
   TS_CHECK(offsets.is_array() && offsets.size() == 2, where(origin), what,
            ": expected data_offsets = [begin, end], found ", offsets.dump());
   e.begin = read_u64(offsets[0], origin, what + " data_offsets");
@@ -158,11 +158,11 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
              "' is undefined; expected a tensor with data");
     host.emplace_back(name, tensor.device() == Device::cpu() ? tensor : tensor.to(Device::cpu()));
   }
-  json header = json::object();
+  ojson header = ojson::object();
   std::map<std::string, std::string> meta = metadata;
   std::uint32_t crc = 0;
   std::uint64_t offset = 0;
-  json entries = json::object();
+  ojson entries = ojson::object();
   for (const auto& [name, tensor] : host) {
     const std::uint64_t bytes =
         static_cast<std::uint64_t>(tensor.numel()) * dtype_size(tensor.dtype());
@@ -211,10 +211,10 @@ SafetensorsFile parse(std::uint64_t file_bytes, const ReadExactly& read_exactly,
            "), found ", header_bytes, "; the file is truncated or not a safetensors file");
   std::string text(header_bytes, '\0');
   read_exactly(text.data(), header_bytes, "header");
-  json header;
+  ojson header;
   try {
-    header = json::parse(text);
-  } catch (const json::exception& e) { // parse_error, and out_of_range for a number like 1e999
+    header = ojson::parse(text);
+  } catch (const ojson::exception& e) { // parse_error, and out_of_range for a number like 1e999
     TS_CHECK(false, where(origin), "expected a JSON header, found text that does not parse (",
              e.what(), "); the file is corrupted or not a safetensors file");
   }

@@ -342,6 +342,11 @@ void PipelineTrainer::backward(const Action& a, MicroBatchState& st, MicroBatchS
 
 void PipelineTrainer::run_action(const Action& a, std::vector<MicroBatchState>& states,
                                  std::vector<comm::WorkHandle>& sends, train::StepResult& r) {
+  if (a.kind == ActionKind::OptimizerStep) { // (micro_batch -1: it has no state of its own)
+    for (auto& s : sends) s->wait();
+    sends.clear();
+    return;
+  }
   const int m = schedule_.micro_batches;
   const int v = schedule_.virtual_stage(rank_, a.chunk);
   const int last = schedule_.virtual_stages() - 1;
@@ -379,10 +384,7 @@ void PipelineTrainer::run_action(const Action& a, std::vector<MicroBatchState>& 
     st.grad_output = Tensor::empty(shape, compute_dtype, trainer_.device());
     comm::recv(*group_, st.grad_output, schedule_.rank_of(v + 1), tag(a, true));
     break;
-  case ActionKind::OptimizerStep:
-    for (auto& s : sends) s->wait();
-    sends.clear();
-    break;
+  case ActionKind::OptimizerStep: break; // handled above
   }
 }
 

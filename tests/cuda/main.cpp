@@ -2,9 +2,7 @@
 // every test reports itself skipped (exit code 77, SKIP_RETURN_CODE in tests/CMakeLists.txt)
 // rather than passed. Listing still works without a GPU: catch_discover_tests lists the tests at
 // build time on machines that have nvcc but no device.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
+#include "catch_session.hpp"
 #include "core/device_query.hpp"
 
 #include <cstdio>
@@ -27,12 +25,12 @@ bool only_listing(int argc, char* argv[]) {
 
 int main(int argc, char* argv[]) {
   // Listing answers with Catch's own exit code (the number of tests, which discovery expects).
-  if (only_listing(argc, argv)) return Catch::Session().run(argc, argv);
+  if (only_listing(argc, argv)) return tinyscale::test::run_catch(argc, argv);
   if (tinyscale::cuda_devices().empty()) {
     std::printf("SKIPPED: no CUDA device: %s\n", tinyscale::cuda_unavailable_reason().c_str());
     return 77;
   }
-  const int failures = Catch::Session().run(argc, argv);
+  const int failures = tinyscale::test::run_catch(argc, argv);
   // Catch returns the number of failed assertions: exactly 77 of them must not read as "skipped".
   return failures == 0 ? 0 : 1;
 }

@@ -6,9 +6,11 @@
 // so each rank reports a failed assertion the moment it happens, and a watchdog ends a rank that
 // is still inside one test case after TINYSCALE_TEST_WATCHDOG seconds (default 100, below ctest's
 // TIMEOUT), naming the test case, before ctest kills the job without a word.
-#define CATCH_CONFIG_RUNNER
+// (Catch2's listener interface; its implementation is in tests/catch_session.cpp.)
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <catch2/catch.hpp>
 
+#include "catch_session.hpp"
 #include "comm/mpi/mpi_runtime.hpp"
 
 #include <chrono>
@@ -114,7 +116,7 @@ int main(int argc, char** argv) {
   // Catch's console reporter writes through std::cout's buffer: capture it on ranks other than 0.
   std::ostringstream captured;
   std::streambuf* console = rank == 0 ? nullptr : std::cout.rdbuf(captured.rdbuf());
-  const int failures = Catch::Session().run(argc, argv);
+  const int failures = tinyscale::test::run_catch(argc, argv);
   if (console != nullptr) {
     std::cout.rdbuf(console);
     if (failures > 0) std::cerr << "==== rank " << rank << " failed ====\n" << captured.str();

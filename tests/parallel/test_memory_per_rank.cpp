@@ -208,9 +208,10 @@ TEST_CASE("Saving a checkpoint, only rank 0, which writes, collects the whole mo
   tp4.tp = 4;
   mesh::ParallelPlan ep4;
   ep4.ep = 4;
-  for (const auto& [name, plan, moe] :
+  for (const auto& [name, layout, moe] :
        {std::tuple{"dp 4 zero 3", zero3, false}, std::tuple{"pp 4", pp4, false},
         std::tuple{"tp 4", tp4, false}, std::tuple{"ep 4", ep4, true}}) {
+    const mesh::ParallelPlan plan = layout; // a lambda captures a variable (clang 14: no binding)
     SECTION(name) {
       testing::ScratchDir scratch;
       io::RunConfig c = memory_config(moe);

@@ -2,6 +2,7 @@
 // next request of its size instead of returning to the OS as pages to fault in again; small ones
 // are left to malloc; AddressSanitizer builds bypass the cache so a use after free is reported.
 #include "backend/cpu/host_blocks.hpp"
+#include "core/sanitizer.hpp"
 #include "tinyscale.hpp"
 
 #include <catch2/catch.hpp>
@@ -13,7 +14,7 @@
 using namespace tinyscale;
 
 namespace {
-#if defined(__SANITIZE_ADDRESS__)
+#if TINYSCALE_ASAN
 constexpr bool kCacheOn = false;
 #else
 constexpr bool kCacheOn = true;

@@ -4,6 +4,7 @@
 #include "backend/cpu/host_blocks.hpp"
 
 #include "core/error.hpp"
+#include "core/sanitizer.hpp"
 
 #include <cstdlib>
 #include <mutex>
@@ -24,7 +25,7 @@ std::size_t rounded(std::size_t bytes) {
 // Off under AddressSanitizer (it must see every free to report a use after it) and when the
 // environment sets TINYSCALE_HOST_CACHE=0 (to measure without it).
 bool caching() {
-#if defined(__SANITIZE_ADDRESS__)
+#if TINYSCALE_ASAN
   return false;
 #else
   static const bool on = [] {
