@@ -30,7 +30,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_comm_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 const std::vector<std::string> kOps{"all_reduce", "reduce_scatter", "all_gather",
                                     "broadcast",  "all_to_all",     "send_recv"};
@@ -322,9 +322,10 @@ void run_bench_comm(const BenchCommOptions& opt) {
   });
 }
 
-} // namespace
+} // namespace bench_comm_cmd
 
 void add_bench_comm(CLI::App& bench) {
+  using namespace bench_comm_cmd;
   auto opt = std::make_shared<BenchCommOptions>();
   auto* cmd = bench.add_subcommand(
       "comm", "Collective time, algbw and busbw per message size (under mpirun: MPI processes)");

@@ -28,7 +28,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_cp_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 using BenchCpOptions = RankedBenchOptions;
 
@@ -285,9 +285,10 @@ void run_bench_cp(const BenchCpOptions& opt) {
   if (!opt.json.empty()) write_json(opt.json, command, backend, rows, batch_sizes(config));
 }
 
-} // namespace
+} // namespace bench_cp_cmd
 
 void add_bench_cp(CLI::App& bench) {
+  using namespace bench_cp_cmd;
   auto opt = std::make_shared<BenchCpOptions>();
   auto* cmd = bench.add_subcommand(
       "cp", "Context parallelism: step time, ring bytes against docs/theory.md's formula, "

@@ -23,7 +23,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_dp_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct BenchDpOptions : RankedBenchOptions {
   BenchDpOptions() { steps = 5; }
@@ -205,9 +205,10 @@ void run_bench_dp(const BenchDpOptions& opt) {
   if (!opt.trace.empty()) metrics::write_chrome_trace(opt.trace, trace);
 }
 
-} // namespace
+} // namespace bench_dp_cmd
 
 void add_bench_dp(CLI::App& bench) {
+  using namespace bench_dp_cmd;
   auto opt = std::make_shared<BenchDpOptions>();
   auto* cmd = bench.add_subcommand(
       "dp", "Data-parallel tokens/s, scaling efficiency and overlap: after backward, per "

@@ -29,7 +29,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_ep_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct BenchEpOptions : RankedBenchOptions {
   std::vector<double> skews{0, 2};
@@ -317,9 +317,10 @@ void run_bench_ep(const BenchEpOptions& opt) {
   if (!opt.json.empty()) write_json(opt.json, command, backend, opt.placement, rows, z, opt.steps);
 }
 
-} // namespace
+} // namespace bench_ep_cmd
 
 void add_bench_ep(CLI::App& bench) {
+  using namespace bench_ep_cmd;
   auto opt = std::make_shared<BenchEpOptions>();
   opt->config = "configs/moe-tiny.toml";
   auto* cmd = bench.add_subcommand(

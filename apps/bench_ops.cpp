@@ -12,7 +12,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_ops_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 /// Seconds per call of `run`: one warm-up call, then the best of `repeat` timed batches, each
 /// batch long enough (>= 50 ms) that timer resolution and clock ramp-up do not matter.
@@ -66,9 +66,10 @@ void run_bench_ops(const OpsOptions& opt) {
   }
 }
 
-} // namespace
+} // namespace bench_ops_cmd
 
 void add_bench_ops(CLI::App& bench) {
+  using namespace bench_ops_cmd;
   auto opt = std::make_shared<OpsOptions>();
   auto* ops =
       bench.add_subcommand("ops", "Matmul forward+backward GFLOP/s: tensor layer vs raw Eigen");

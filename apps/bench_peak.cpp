@@ -10,7 +10,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_peak_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct PeakOptions {
   bool refresh = false;
@@ -50,9 +50,10 @@ void run_bench_peak(const PeakOptions& opt) {
   std::printf("cached in %s\n", written.string().c_str());
 }
 
-} // namespace
+} // namespace bench_peak_cmd
 
 void add_bench_peak(CLI::App& bench) {
+  using namespace bench_peak_cmd;
   auto opt = std::make_shared<PeakOptions>();
   auto* peak = bench.add_subcommand("peak", "Measure (and cache) this CPU's float32 GEMM peak");
   peak->add_flag("--refresh", opt->refresh, "Measure again even when a cached peak is valid");

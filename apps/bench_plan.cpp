@@ -24,7 +24,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_plan_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct BenchPlanOptions : RankedBenchOptions {
   std::vector<std::string> layouts; ///< specs (plan::PlanLayout::spec); empty: from --ranks
@@ -329,9 +329,10 @@ void run_bench_plan(const BenchPlanOptions& opt) {
         cluster.device, rows);
 }
 
-} // namespace
+} // namespace bench_plan_cmd
 
 void add_bench_plan(CLI::App& bench) {
+  using namespace bench_plan_cmd;
   auto opt = std::make_shared<BenchPlanOptions>();
   opt->config = "configs/tiny.toml";
   opt->ranks = {1, 2};

@@ -20,7 +20,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_pp_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct BenchPpOptions : RankedBenchOptions {
   std::vector<int> micro_batches{4, 8, 16};
@@ -224,9 +224,10 @@ void run_bench_pp(const BenchPpOptions& opt) {
     write_json(opt.json, ranked_bench_command("pp", opt, backend, rows.front().p, extra), rows);
 }
 
-} // namespace
+} // namespace bench_pp_cmd
 
 void add_bench_pp(CLI::App& bench) {
+  using namespace bench_pp_cmd;
   auto opt = std::make_shared<BenchPpOptions>();
   opt->config = "configs/bench-pp.toml";
   opt->ranks = {2, 4};

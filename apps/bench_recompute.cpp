@@ -25,7 +25,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_recompute_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct BenchRecomputeOptions : BenchOptions {
   std::string json_path;
@@ -144,9 +144,10 @@ void run_bench_recompute(const BenchRecomputeOptions& opt) {
   }
 }
 
-} // namespace
+} // namespace bench_recompute_cmd
 
 void add_bench_recompute(CLI::App& bench) {
+  using namespace bench_recompute_cmd;
   auto opt = std::make_shared<BenchRecomputeOptions>();
   opt->config = "configs/tiny.toml";
   opt->steps = 5;

@@ -27,7 +27,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_tp_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 using BenchTpOptions = RankedBenchOptions;
 
@@ -271,9 +271,10 @@ void run_bench_tp(const BenchTpOptions& opt) {
   if (!opt.json.empty()) write_json(opt.json, command, backend, rows, z, opt.steps);
 }
 
-} // namespace
+} // namespace bench_tp_cmd
 
 void add_bench_tp(CLI::App& bench) {
+  using namespace bench_tp_cmd;
   auto opt = std::make_shared<BenchTpOptions>();
   auto* cmd = bench.add_subcommand(
       "tp", "Tensor parallelism: step time, block traffic against docs/theory.md's formula and "

@@ -18,7 +18,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_train_cmd { // this file's helpers (named: the apps compile as one unity build)
 struct BenchTrainOptions : BenchOptions {
   BenchTrainOptions() { steps = 5; }
   double peak_gflops = 0;
@@ -98,9 +98,10 @@ void run_bench_train(const BenchTrainOptions& opt) {
   std::printf("\npage faults: %ld in the %lld timed steps (%.0f MiB of fresh pages)\n", faults,
               static_cast<long long>(opt.steps), static_cast<double>(faults) * 4096.0 / 1048576.0);
 }
-} // namespace
+} // namespace bench_train_cmd
 
 void add_bench_train(CLI::App& bench) {
+  using namespace bench_train_cmd;
   auto opt = std::make_shared<BenchTrainOptions>();
   auto* cmd = bench.add_subcommand("train", "Training tokens/s and CPU MFU of one config");
   add_bench_options(cmd, *opt, "TOML run config");

@@ -29,7 +29,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace bench_zero_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct BenchZeroOptions : RankedBenchOptions {
   std::vector<int> stages{0, 1, 2, 3};
@@ -226,9 +226,10 @@ void run_bench_zero(const BenchZeroOptions& opt) {
                config.train.micro_batches);
 }
 
-} // namespace
+} // namespace bench_zero_cmd
 
 void add_bench_zero(CLI::App& bench) {
+  using namespace bench_zero_cmd;
   auto opt = std::make_shared<BenchZeroOptions>();
   opt->ranks = {2, 4};
   auto* cmd = bench.add_subcommand(

@@ -15,7 +15,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace check_grad_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct CheckGradOptions {
   std::string json_path;
@@ -88,9 +88,10 @@ void run_check_grad(const CheckGradOptions& opt) {
            " first); its backward disagrees with finite differences: see the FAIL lines above");
 }
 
-} // namespace
+} // namespace check_grad_cmd
 
 void add_check(CLI::App& app) {
+  using namespace check_grad_cmd;
   auto* check = app.add_subcommand("check", "Correctness checks that print a table");
   check->require_subcommand(1);
   auto opt = std::make_shared<CheckGradOptions>();

@@ -15,7 +15,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace data_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct PrepareCli {
   data::PrepareOptions options;
@@ -165,9 +165,10 @@ void run_decode(const DecodeCli& cli) {
   std::printf("\n");
 }
 
-} // namespace
+} // namespace data_cmd
 
 void add_data(CLI::App& app) {
+  using namespace data_cmd;
   auto* cmd = app.add_subcommand("data", "Text to tokens with GPT-2's tokenizer: prepare shards, "
                                          "encode, decode");
   cmd->require_subcommand(1);

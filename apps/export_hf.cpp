@@ -13,7 +13,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace export_hf_cmd { // this file's helpers (named: the apps compile as one unity build)
 struct ExportOptions {
   std::string dir;
   std::string checkpoint = "checkpoints";
@@ -49,9 +49,10 @@ void run_export(const ExportOptions& opt) {
               "special_tokens_map.json)\n",
               static_cast<long long>(c.step), opt.checkpoint.c_str(), opt.dir.c_str());
 }
-} // namespace
+} // namespace export_hf_cmd
 
 void add_export_hf(CLI::App& app) {
+  using namespace export_hf_cmd;
   auto opt = std::make_shared<ExportOptions>();
   auto* cmd = app.add_subcommand("export-hf",
                                  "Write a checkpoint as a Hugging Face GPT-2 model (config.json + "

@@ -11,7 +11,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace info_cmd { // this file's helpers (named: the apps compile as one unity build)
 /// What `--backend auto` means in this process, or why it cannot run.
 std::string auto_backend() {
   try {
@@ -29,9 +29,10 @@ std::string launcher() {
     return std::string("unreadable: ") + e.what();
   }
 }
-} // namespace
+} // namespace info_cmd
 
 void add_info(CLI::App& app) {
+  using namespace info_cmd;
   auto* info = app.add_subcommand("info", "Print what this build contains and the devices it sees");
   info->callback([] {
     std::cout << version_line() << "\n"

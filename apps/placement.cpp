@@ -10,7 +10,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace placement_cmd { // this file's helpers (named: the apps compile as one unity build)
 struct PlacementOptions {
   std::string topology;
   mesh::MeshShape shape;
@@ -46,9 +46,10 @@ void run_placement(const PlacementOptions& opt) {
   }
   std::cout << mesh::format_placement(report, topology);
 }
-} // namespace
+} // namespace placement_cmd
 
 void add_placement(CLI::App& app) {
+  using namespace placement_cmd;
   auto opt = std::make_shared<PlacementOptions>();
   auto* cmd = app.add_subcommand(
       "placement", "Place a dp x tp x pp x ep x cp mesh on a topology file and report, for every "

@@ -15,7 +15,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace plan_cmd { // this file's helpers (named: the apps compile as one unity build)
 struct PlanOptions {
   std::string model, cluster, device = "h100", order = mesh::kDefaultOrder;
   int gpus = 0, top = 5, max_chunks = 4;
@@ -123,9 +123,10 @@ void run_plan(const PlanOptions& opt) {
   std::cout << plan::format_plan(result, cluster, opt.top) << "\n"
             << plan::explain_plan(result, cluster);
 }
-} // namespace
+} // namespace plan_cmd
 
 void add_plan(CLI::App& app) {
+  using namespace plan_cmd;
   auto opt = std::make_shared<PlanOptions>();
   auto* cmd = app.add_subcommand(
       "plan", "Rank the layouts (dp, tp, pp, ep, ZeRO, micro-batches, schedule, recompute) of a "

@@ -25,7 +25,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace reshard_cmd { // this file's helpers (named: the apps compile as one unity build)
 struct ReshardOptions {
   std::string checkpoint = "checkpoints";
   mesh::MeshShape shape; // dp here counts the ranks running their own rows (ep inside)
@@ -123,9 +123,10 @@ void run_reshard(const ReshardOptions& opt) {
               opt.out.empty() ? ""
                               : detail::concat("; each rank's pieces are in ", opt.out).c_str());
 }
-} // namespace
+} // namespace reshard_cmd
 
 void add_reshard(CLI::App& app) {
+  using namespace reshard_cmd;
   auto opt = std::make_shared<ReshardOptions>();
   auto* cmd = app.add_subcommand(
       "reshard", "Check a checkpoint against a target layout offline: what each rank of "

@@ -25,7 +25,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace sample_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct SampleOptions {
   std::string checkpoint = "checkpoints";
@@ -169,9 +169,10 @@ void run_sample(const SampleOptions& opt) {
   std::printf("\n");
 }
 
-} // namespace
+} // namespace sample_cmd
 
 void add_sample(CLI::App& app) {
+  using namespace sample_cmd;
   auto opt = std::make_shared<SampleOptions>();
   auto* cmd = app.add_subcommand(
       "sample", "Generate text from a checkpoint or a Hugging Face GPT-2 folder (temperature, "

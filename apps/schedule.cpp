@@ -17,7 +17,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace schedule_cmd { // this file's helpers (named: the apps compile as one unity build)
 struct ScheduleOptions {
   std::string schedule = "all";
   int stages = 4;
@@ -142,9 +142,10 @@ void run_schedule(const ScheduleOptions& opt) {
     draw_timeline(sim, unit);
   }
 }
-} // namespace
+} // namespace schedule_cmd
 
 void add_schedule(CLI::App& app) {
+  using namespace schedule_cmd;
   auto opt = std::make_shared<ScheduleOptions>();
   auto* cmd = app.add_subcommand(
       "schedule", "Generate, validate and simulate a pipeline schedule (chapter 06): makespan, "

@@ -13,7 +13,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace trace_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct TraceOptions {
   std::string path;
@@ -54,9 +54,10 @@ void run_trace(const TraceOptions& opt) {
   std::fflush(stdout);
 }
 
-} // namespace
+} // namespace trace_cmd
 
 void add_trace(CLI::App& app) {
+  using namespace trace_cmd;
   auto opt = std::make_shared<TraceOptions>();
   auto* trace = app.add_subcommand(
       "trace", "Print the timeline, step-time breakdown and overlap of a Chrome trace file");

@@ -37,7 +37,7 @@
 
 namespace tinyscale::app {
 
-namespace {
+namespace train_cmd { // this file's helpers (named: the apps compile as one unity build)
 
 struct TrainOptions {
   std::string config;
@@ -429,9 +429,10 @@ void run_train(TrainOptions opt) {
   });
 }
 
-} // namespace
+} // namespace train_cmd
 
 void add_train(CLI::App& app) {
+  using namespace train_cmd;
   auto opt = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand(
       "train",

@@ -4,13 +4,13 @@
 // heuristic's algorithm are cached per shape. The easy thing to get wrong: cuBLASLt is
 // column-major. A row-major [r, c] matrix is a column-major [c, r] one, so row-major
 // C = op(A) op(B) is handed over as the column-major C^T = op(B)^T op(A)^T: operands swapped.
+#include "kernels/cublaslt.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/stream_scratch.hpp"
 
 #include <compare>
 #include <cstdint>
-#include <cublasLt.h>
 #include <limits>
 #include <map>
 #include <memory>
@@ -24,22 +24,24 @@ constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20; // per stream, se
 
 void check_cublaslt(cublasStatus_t status, const char* call) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw Error(detail::concat(call, " failed: ", cublasLtGetStatusName(status), " (",
-                             cublasLtGetStatusString(status), ")"));
+  throw Error(detail::concat(call, " failed: ", cublaslt().get_status_name(status), " (",
+                             cublaslt().get_status_string(status), ")"));
 }
 #define TS_CUBLASLT_CHECK(call) check_cublaslt((call), #call)
 
 struct DestroyDesc {
-  void operator()(cublasLtMatmulDesc_t p) const { static_cast<void>(cublasLtMatmulDescDestroy(p)); }
+  void operator()(cublasLtMatmulDesc_t p) const {
+    static_cast<void>(cublaslt().matmul_desc_destroy(p));
+  }
 };
 struct DestroyLayout {
   void operator()(cublasLtMatrixLayout_t p) const {
-    static_cast<void>(cublasLtMatrixLayoutDestroy(p));
+    static_cast<void>(cublaslt().matrix_layout_destroy(p));
   }
 };
 struct DestroyPreference {
   void operator()(cublasLtMatmulPreference_t p) const {
-    static_cast<void>(cublasLtMatmulPreferenceDestroy(p));
+    static_cast<void>(cublaslt().matmul_preference_destroy(p));
   }
 };
 using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DestroyDesc>;
@@ -51,7 +53,7 @@ using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DestroyPref
 cublasLtHandle_t handle() {
   static const cublasLtHandle_t h = [] {
     cublasLtHandle_t created = nullptr;
-    TS_CUBLASLT_CHECK(cublasLtCreate(&created));
+    TS_CUBLASLT_CHECK(cublaslt().create(&created));
     return created;
   }();
   return h;
@@ -90,14 +92,14 @@ unsigned alignment(const void* p, std::int64_t batch, std::int64_t stride, std::
 Layout row_major(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::int64_t batch,
                  std::int64_t stride) {
   cublasLtMatrixLayout_t raw = nullptr;
-  TS_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&raw, type, static_cast<std::uint64_t>(cols),
-                                               static_cast<std::uint64_t>(rows), cols));
+  TS_CUBLASLT_CHECK(cublaslt().matrix_layout_create(&raw, type, static_cast<std::uint64_t>(cols),
+                                                    static_cast<std::uint64_t>(rows), cols));
   Layout layout(raw);
   if (batch > 1) {
     const auto count = static_cast<std::int32_t>(batch);
-    TS_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                       &count, sizeof count));
-    TS_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(
+    TS_CUBLASLT_CHECK(cublaslt().matrix_layout_set_attribute(
+        raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    TS_CUBLASLT_CHECK(cublaslt().matrix_layout_set_attribute(
         raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
   }
   return layout;
@@ -109,14 +111,14 @@ std::unique_ptr<GemmPlan> make_plan(const GemmKey& key) {
   // CUBLAS_COMPUTE_32F is full float32 (TF32 needs CUBLAS_COMPUTE_32F_FAST_TF32); for bfloat16
   // operands it is float32 accumulation on tensor cores.
   cublasLtMatmulDesc_t raw = nullptr;
-  TS_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  TS_CUBLASLT_CHECK(cublaslt().matmul_desc_create(&raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   plan->op.reset(raw);
   const cublasOperation_t op_first = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  TS_CUBLASLT_CHECK(
-      cublasLtMatmulDescSetAttribute(raw, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
-  TS_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(raw, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
-                                                   sizeof op_second));
+  TS_CUBLASLT_CHECK(cublaslt().matmul_desc_set_attribute(raw, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                         &op_first, sizeof op_first));
+  TS_CUBLASLT_CHECK(cublaslt().matmul_desc_set_attribute(raw, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                         &op_second, sizeof op_second));
   // As stored: B is [k, n] ([n, k] transposed), A is [m, k] ([k, m] transposed), C is [m, n].
   plan->first = key.trans_b ? row_major(type, key.n, key.k, key.batch, key.stride_b)
                             : row_major(type, key.k, key.n, key.batch, key.stride_b);
@@ -125,24 +127,24 @@ std::unique_ptr<GemmPlan> make_plan(const GemmKey& key) {
   plan->out = row_major(type, key.m, key.n, key.batch, key.stride_c);
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
-  TS_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  TS_CUBLASLT_CHECK(cublaslt().matmul_preference_create(&raw_pref));
   const Preference pref(raw_pref);
   const std::uint64_t workspace = kWorkspaceBytes;
-  TS_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  TS_CUBLASLT_CHECK(cublaslt().matmul_preference_set_attribute(
       raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
   const std::uint32_t aligns[4] = {key.align_b, key.align_a, key.align_c, key.align_c};
   const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4; ++i)
-    TS_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, align_attrs[i], &aligns[i],
-                                                           sizeof(aligns[i])));
+    TS_CUBLASLT_CHECK(cublaslt().matmul_preference_set_attribute(raw_pref, align_attrs[i],
+                                                                 &aligns[i], sizeof(aligns[i])));
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  TS_CUBLASLT_CHECK(cublasLtMatmulAlgoGetHeuristic(handle(), raw, plan->first.get(),
-                                                   plan->second.get(), plan->out.get(),
-                                                   plan->out.get(), raw_pref, 1, &result, &found));
+  TS_CUBLASLT_CHECK(cublaslt().matmul_algo_get_heuristic(
+      handle(), raw, plan->first.get(), plan->second.get(), plan->out.get(), plan->out.get(),
+      raw_pref, 1, &result, &found));
   TS_CHECK(found > 0, "gemm: cuBLASLt found no algorithm for ", dtype_name(key.dtype), " batch ",
            key.batch, " of [", key.m, ", ", key.k, "] x [", key.k, ", ", key.n, "] (trans_a ",
            key.trans_a, ", trans_b ", key.trans_b, ")");
@@ -218,9 +220,9 @@ void gemm(const GemmArgs& args, const void* a, const void* b, void* c, DType dty
 
   void* workspace = stream_scratch(stream, kWorkspaceBytes);
   const float alpha = static_cast<float>(args.alpha), beta = static_cast<float>(args.beta);
-  TS_CUBLASLT_CHECK(cublasLtMatmul(handle(), plan.op.get(), &alpha, b, plan.first.get(), a,
-                                   plan.second.get(), &beta, c, plan.out.get(), c, plan.out.get(),
-                                   &plan.algo, workspace, kWorkspaceBytes, stream));
+  TS_CUBLASLT_CHECK(cublaslt().matmul(
+      handle(), plan.op.get(), &alpha, b, plan.first.get(), a, plan.second.get(), &beta, c,
+      plan.out.get(), c, plan.out.get(), &plan.algo, workspace, kWorkspaceBytes, stream));
 }
 
 } // namespace tinyscale::kernels

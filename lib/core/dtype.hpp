@@ -24,6 +24,11 @@ std::size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 /// True for float32, float64 and bfloat16.
 bool is_floating(DType dtype);
+/// The address `elements` elements of `dtype` past `base` (the communication backends' buffers
+/// are untyped).
+inline const char* element_at(const void* base, std::int64_t elements, DType dtype) {
+  return static_cast<const char*>(base) + elements * static_cast<std::int64_t>(dtype_size(dtype));
+}
 
 /// Maps a C++ element type to its DType (float, double, int64_t, bfloat16).
 template <typename T> constexpr DType dtype_of();

@@ -14,6 +14,10 @@
 
 namespace tinyscale::test {
 
+/// How close a run over MPI must come to the same run on one rank (the equivalence tests of
+/// tests/mpi compare with it).
+constexpr double kTolerance = 1e-5;
+
 /// Runs `operation` once and returns the message of the tinyscale::Error it throws. (Unlike
 /// REQUIRE_TS_ERROR, which runs its expression twice, this suits operations that consume a
 /// message or join a collective.)

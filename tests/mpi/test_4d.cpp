@@ -9,10 +9,6 @@
 using namespace tinyscale;
 using namespace tinyscale::test;
 
-namespace {
-constexpr double kTolerance = 1e-5;
-} // namespace
-
 // This rank against one rank with dp x m micro-batches.
 std::string mpi_difference(const io::RunConfig& config, const FourdLayout& l) {
   auto world = mpi_world(std::chrono::seconds(60));

@@ -13,7 +13,6 @@ using namespace tinyscale;
 using namespace tinyscale::test;
 
 namespace {
-constexpr double kTolerance = 1e-5;
 
 std::string dp_difference(comm::Communicator& group, int b, int k, bool moe,
                           dp::DpOptions options = {}, const std::string& device = "cpu") {

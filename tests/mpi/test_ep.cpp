@@ -11,7 +11,6 @@ using namespace tinyscale;
 using namespace tinyscale::test;
 
 namespace {
-constexpr double kTolerance = 1e-5;
 
 std::string ep_difference(comm::Communicator& world, int ep, int top_k, double capacity_factor,
                           ep::EpOptions options = {}, const std::string& device = "cpu") {

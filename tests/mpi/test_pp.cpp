@@ -11,7 +11,6 @@ using namespace tinyscale;
 using namespace tinyscale::test;
 
 namespace {
-constexpr double kTolerance = 1e-5;
 
 std::string pp_difference(comm::Communicator& group, const io::RunConfig& config,
                           pp::ScheduleKind kind, int chunks = 1) {

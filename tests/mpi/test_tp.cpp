@@ -12,7 +12,6 @@ using namespace tinyscale;
 using namespace tinyscale::test;
 
 namespace {
-constexpr double kTolerance = 1e-5;
 
 std::string tp_difference(comm::Communicator& tp, comm::Communicator* dp, bool sp, bool moe,
                           int identity_g_layer = -1) {

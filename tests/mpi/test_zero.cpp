@@ -15,7 +15,6 @@ using namespace tinyscale;
 using namespace tinyscale::test;
 
 namespace {
-constexpr double kTolerance = 1e-5;
 
 std::string zero_difference(comm::Communicator& group, int b, int k, bool moe,
                             zero::ZeroOptions options) {

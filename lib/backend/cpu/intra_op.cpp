@@ -20,15 +20,6 @@ namespace tinyscale::cpu {
 
 namespace {
 
-struct Job {
-  const std::function<void(std::int64_t, std::int64_t)>* body = nullptr;
-  std::int64_t n = 0, grain = 1, chunks = 0;
-  std::atomic<std::int64_t> next{0};
-  std::int64_t finished = 0; // chunks done (under the pool's mutex)
-  int holders = 0;           // workers inside run_chunks (under the pool's mutex)
-  std::exception_ptr error;  // the first failure (under the pool's mutex)
-};
-
 // This thread's innermost scope's pool (nullptr outside any), and whether it is inside a chunk.
 thread_local IntraOpPool* current_pool = nullptr;
 thread_local bool inside_chunk = false;
@@ -36,6 +27,17 @@ thread_local bool inside_chunk = false;
 } // namespace
 
 class IntraOpPool {
+  // One parallel_for: its body, its chunks and who is still working on them. (A member type, not
+  // a file-local one: a class with external linkage may not hold a file-local type.)
+  struct Job {
+    const std::function<void(std::int64_t, std::int64_t)>* body = nullptr;
+    std::int64_t n = 0, grain = 1, chunks = 0;
+    std::atomic<std::int64_t> next{0};
+    std::int64_t finished = 0; // chunks done (under the pool's mutex)
+    int holders = 0;           // workers inside run_chunks (under the pool's mutex)
+    std::exception_ptr error;  // the first failure (under the pool's mutex)
+  };
+
 public:
   explicit IntraOpPool(int threads) : threads_(threads) {
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });

@@ -23,10 +23,6 @@ namespace tinyscale::comm {
 
 namespace {
 
-const char* at(const void* base, std::int64_t elements, DType dtype) {
-  return static_cast<const char*>(base) + elements * static_cast<std::int64_t>(dtype_size(dtype));
-}
-
 /// The progress a new group starts with: TINYSCALE_MPI_PROGRESS (thread or poll) when set, else
 /// Poll (the collective thread is opt-in: mpi_runtime.hpp says why).
 MpiProgress default_progress(bool thread_multiple) {
@@ -234,7 +230,8 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv,
                n = mpi_count(recv_count, "reduce_scatter");
                mpi_count(recv_count * size_, "reduce_scatter (the whole send buffer)");
              });
-  const bool in_place = at(send, static_cast<std::int64_t>(rank_) * recv_count, dtype) == recv;
+  const bool in_place =
+      element_at(send, static_cast<std::int64_t>(rank_) * recv_count, dtype) == recv;
   // In place, reduce into a scratch block that the Work owns, then copy it to block `rank`.
   const std::size_t bytes = static_cast<std::size_t>(recv_count) * dtype_size(dtype);
   auto scratch = std::make_shared<std::vector<char>>(in_place ? bytes : 0);
@@ -268,7 +265,8 @@ WorkHandle MpiCommunicator::all_gather_async(const void* send, void* recv, std::
                n = mpi_count(send_count, "all_gather");
                mpi_count(send_count * size_, "all_gather (the whole receive buffer)");
              });
-  const bool in_place = at(recv, static_cast<std::int64_t>(rank_) * send_count, dtype) == send;
+  const bool in_place =
+      element_at(recv, static_cast<std::int64_t>(rank_) * send_count, dtype) == send;
   const void* source = in_place ? MPI_IN_PLACE : send;
   const MPI_Datatype type = mpi_datatype(dtype);
   if (on_thread(send_count * size_ * static_cast<std::int64_t>(dtype_size(dtype))))

@@ -21,10 +21,6 @@ std::size_t to_size(std::int64_t count, const char* op) {
   return static_cast<std::size_t>(count);
 }
 
-const char* at(const void* base, std::int64_t elements, DType dtype) {
-  return static_cast<const char*>(base) + elements * static_cast<std::int64_t>(dtype_size(dtype));
-}
-
 /// Ends an NCCL group even when a call inside it throws (a group left open breaks every later
 /// call of this thread).
 class Group {
@@ -153,9 +149,9 @@ void NcclCommunicator::exchange(const char* op, const void* send,
     // Empty messages are skipped on both sides (rc here is sc on the peer). A message to this
     // rank itself is allowed inside a group.
     if (sc > 0)
-      check_nccl(
-          ncclSend(at(send, send_offset, dtype), to_size(sc, op), type, peer, comm_, stream_),
-          "ncclSend", comm_);
+      check_nccl(ncclSend(element_at(send, send_offset, dtype), to_size(sc, op), type, peer, comm_,
+                          stream_),
+                 "ncclSend", comm_);
     if (rc > 0)
       check_nccl(ncclRecv(static_cast<char*>(recv) + recv_offset * element_bytes, to_size(rc, op),
                           type, peer, comm_, stream_),
