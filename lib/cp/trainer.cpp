@@ -5,22 +5,6 @@
 
 namespace tinyscale::cp {
 
-void check_cp_layout(const io::RunConfig& config, int cp, Split split) {
-  const int count = chunk_count(cp, split);
-  TS_CHECK(config.train.seq_len % count == 0,
-           "context parallelism: train.seq_len = ", config.train.seq_len, " does not cut into ",
-           count, " equal chunks (--cp ", cp, ", ", split_name(split),
-           "); choose train.seq_len as a multiple of ", count,
-           split == Split::LoadBalanced ? ", or --cp-split contiguous" : "");
-}
-
-Split parse_split(const std::string& name) {
-  if (name == "load-balanced") return Split::LoadBalanced;
-  TS_CHECK(name == "contiguous", "context parallelism: expected --cp-split load-balanced or ",
-           "contiguous, found '", name, "'");
-  return Split::Contiguous;
-}
-
 namespace {
 const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicator& cp,
                              const comm::Communicator* dp, Split split) {

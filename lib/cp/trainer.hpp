@@ -8,6 +8,7 @@
 
 #include "comm/communicator.hpp"
 #include "cp/model.hpp"
+#include "cp/rules.hpp"
 #include "dp/data_parallel.hpp"
 #include "dp/trainer.hpp"
 #include "train/trainer.hpp"
@@ -16,13 +17,6 @@
 #include <string>
 
 namespace tinyscale::cp {
-
-/// The layout rule of context parallelism, before anything is built: train.seq_len cuts into
-/// the split's chunks. The batch rule is train::check_batch_split's, over the dp ranks.
-void check_cp_layout(const io::RunConfig& config, int cp, Split split);
-
-/// "load-balanced" or "contiguous" -> the Split; throws naming both for anything else.
-Split parse_split(const std::string& name);
 
 /// One rank's trainer of a dp x cp run.
 class CpTrainer {
@@ -46,7 +40,6 @@ public:
 
   std::int64_t step() const { return trainer_.step(); }
   Device device() const { return trainer_.device(); }
-  std::int64_t parameter_count() const { return trainer_.parameter_count(); }
   const io::RunConfig& config() const { return trainer_.config(); }
   /// Rows per micro-batch on each rank: batch_size / (dp x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }

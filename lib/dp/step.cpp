@@ -23,14 +23,6 @@ private:
 };
 } // namespace
 
-void reduce_step_result(comm::Communicator& group, train::StepResult& r,
-                        const nn::ModelConfig& model) {
-  const std::vector<double> mine = train::step_sums(r, model);
-  Tensor t = Tensor::from_vector(mine, {static_cast<std::int64_t>(mine.size())}, DType::Float64);
-  comm::all_reduce(group, t);
-  train::set_step_sums(r, t.to_vector(), model);
-}
-
 train::StepResult data_parallel_step(train::Trainer& trainer, const StepPlan& plan) {
   TS_CHECK(plan.rows >= 1 && plan.first_row, "data_parallel_step: expected a plan with rows >= 1 ",
            "and a first_row, found rows ", plan.rows, plan.first_row ? "" : " and no first_row");
@@ -60,7 +52,7 @@ train::StepResult data_parallel_step(train::Trainer& trainer, const StepPlan& pl
   if (plan.after_micro_batch) plan.after_micro_batch(t.micro_batches - 1);
   if (plan.finish_gradients) plan.finish_gradients();
   if (plan.replicas != nullptr && plan.replicas->size() > 1)
-    reduce_step_result(*plan.replicas, r, trainer.config().model);
+    train::reduce_step_result(*plan.replicas, r, trainer.config().model);
   metrics::TraceRecorder::Scope scope(trace, "compute", "optimizer", "optimizer");
   if (!plan.optimizer_step) {
     trainer.finish_step(r, start, plan.grad_norm);

@@ -18,13 +18,6 @@
 
 namespace tinyscale::dp {
 
-/// Collective over `group`: sums every rank's share of a step's losses and MoE counts (each rank
-/// passes its rows' share; train::step_sums lays them out), so every rank ends with the whole
-/// batch's figures. The sums sit on the host (a group that reads only device memory, nccl, gets
-/// them staged through its device by the tensor layer).
-void reduce_step_result(comm::Communicator& group, train::StepResult& r,
-                        const nn::ModelConfig& model);
-
 /// What one layout decides about a step; everything but `rows` and `first_row` is optional.
 struct StepPlan {
   /// Rows of one micro-batch on this rank.

@@ -45,7 +45,6 @@ public:
   /// Every rank restores the same checkpoint (any layout's: they are all single-rank).
   void resume(const std::string& path) { trainer_.resume(path); }
   std::int64_t step() const { return trainer_.step(); }
-  std::int64_t parameter_count() const { return trainer_.parameter_count(); }
   /// Rows per micro-batch on each rank: batch_size / (N x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }
   /// The rank's trainer (evaluate, checkpoints, the model and optimizer).

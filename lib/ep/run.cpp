@@ -61,7 +61,7 @@ public:
   ExpertParallelRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                     comm::Communicator& world)
       : plan_(plan), world_(&world),
-        mesh_(world, mesh::MeshLayout(mesh::MeshShape{plan.dp / plan.ep, 1, 1, plan.ep, 1})),
+        mesh_(world, plan.mesh_layout()),
         dense_(&mesh_.group("dp x cp x ep")) {
     trainer_ = std::make_unique<EpTrainer>(config, *dense_, mesh_.group(mesh::Axis::Ep),
                                            mesh_.group("dp x cp"),

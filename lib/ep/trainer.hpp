@@ -14,6 +14,7 @@
 #include "ep/capacity.hpp"
 #include "ep/load.hpp"
 #include "ep/placement.hpp"
+#include "ep/rules.hpp"
 #include "io/config.hpp"
 #include "metrics/trace.hpp"
 #include "train/trainer.hpp"
@@ -34,12 +35,6 @@ struct EpOptions {
   /// For tests only: false makes the combine ignore the gates (the negative control).
   bool use_gates = true;
 };
-
-/// Throws, before any work, unless an expert-parallel run of `config` fits: MoE layers present,
-/// n_experts divisible by ep, top_k <= n_experts, ep dividing the data-parallel size
-/// (`data_parallel` = D, the ranks that each run their own rows), batch_size divisible by
-/// D x micro_batches.
-void check_ep_layout(const io::RunConfig& config, int data_parallel, int ep);
 
 /// One rank's model (router and dense parts replicated, its own experts), optimizer and data.
 class EpTrainer {
@@ -78,8 +73,6 @@ public:
   const train::Trainer& trainer() const { return *trainer_; }
   /// Rows of one micro-batch on this rank: batch_size / (D x micro_batches).
   std::int64_t micro_batch_rows() const { return rows_; }
-  /// Elements of the whole model (every expert counted once).
-  std::int64_t parameter_count() const;
   /// The gradient syncs: the dense parameters' over every data-parallel rank, the experts' over
   /// the ranks holding the same experts.
   const dp::DataParallel& dense_sync() const { return *dense_sync_; }

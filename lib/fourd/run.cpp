@@ -38,6 +38,7 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
   TS_CHECK(plan.cp > 1 || plan.cp_split == "load-balanced", "train: --cp-split cuts the ",
            "sequence over context-parallel ranks; it needs --cp 2 or more, found --cp ", plan.cp);
   if (plan.composed()) {
+    // What the executor cannot run yet, on top of the layout rules (the planner predicts these)
     TS_CHECK(plan.zero <= 1, "train: --zero ", plan.zero, " in a composed run (--tp, --pp, --ep, ",
              "--cp, --order or --topology): this version composes ZeRO stage 1 only (stages 2 ",
              "and 3 run over --dp alone, chapter 07); use --zero 1");

@@ -5,6 +5,7 @@
 #include "ep/moe_layer.hpp"
 #include "tp/gradients.hpp"
 #include "tp/sharding.hpp"
+#include "zero/sharded_dp.hpp"
 
 #include <algorithm>
 
@@ -167,6 +168,17 @@ std::vector<comm::Communicator*> MeshStages::norm_groups(bool sharded) const {
   if (axes_.tp->size() > 1) out.push_back(axes_.tp);
   if (axes_.ep != nullptr && axes_.ep->size() > 1 && !sharded) out.push_back(axes_.ep);
   return out;
+}
+
+std::unique_ptr<optim::ShardedOptimizer>
+MeshStages::sharded_optimizer(const nn::ParameterList& params, comm::Communicator& group,
+                              const optim::OptimConfig& optim) const {
+  // Each parameter its own unit, so any stage's list shards (n_layer 0); the constructor makes
+  // the parameters views into its flat buffers and broadcasts them from rank 0 of the group,
+  // whose ranks hold the same parameters (experts: the expert-data-parallel group).
+  zero::ZeroOptions options;
+  options.reduce_after_backward = true;
+  return std::make_unique<zero::ShardedDataParallel>(params, 0, group, optim, options);
 }
 
 } // namespace tinyscale::fourd

@@ -71,6 +71,11 @@ public:
   comm::Communicator* data_parallel_group(const std::string& name) const override;
   bool counts_in_norm(const std::string& name, bool sharded) const override;
   std::vector<comm::Communicator*> norm_groups(bool sharded) const override;
+  /// Chapter 07's ZeRO-1 (zero::ShardedDataParallel, each parameter its own unit, reducing
+  /// after backward).
+  std::unique_ptr<optim::ShardedOptimizer>
+  sharded_optimizer(const nn::ParameterList& params, comm::Communicator& group,
+                    const optim::OptimConfig& optim) const override;
   Tensor join(const std::string& name, const Tensor& local) override;
   Tensor cut(const std::string& name, const Tensor& full) const override;
   void share(const std::string& name, Tensor& full) override;

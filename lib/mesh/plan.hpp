@@ -50,7 +50,8 @@ struct ParallelPlan {
   /// This plan with dp set from a world of `world` ranks; throws unless
   /// world = dp x tp x pp x cp.
   ParallelPlan for_world(int world) const;
-  /// The mesh of the run: dp / ep x tp x pp x ep x cp in `order`.
+  /// The mesh of the run: dp / ep x tp x pp x ep x cp in `order`. Every layout builds its
+  /// groups from it (tp/, ep/, cp/, pp/ and fourd/ run.cpp), so a rank sits where the plan says.
   MeshLayout mesh_layout() const;
 };
 

@@ -50,6 +50,12 @@ std::vector<ParameterSpec> gpt_parameter_specs(const ModelConfig& config) {
   return out;
 }
 
+std::int64_t gpt_parameter_count(const ModelConfig& config) {
+  std::int64_t n = 0;
+  for (const ParameterSpec& s : gpt_parameter_specs(config)) n += s.shape.numel();
+  return n;
+}
+
 Tensor GPT::embed(const Tensor& ids, const ForwardContext& ctx) const {
   check_holds(pieces_.embeddings, "GPT", "the embeddings", pieces_, config_.n_layer);
   TS_CHECK(ids.rank() == 2, "GPT: expected token ids [B, T], found ", ids.shape().str());

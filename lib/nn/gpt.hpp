@@ -50,4 +50,8 @@ private:
 /// only its stages, knows of the others. Their ParameterInit is Unknown (no seed is given).
 std::vector<ParameterSpec> gpt_parameter_specs(const ModelConfig& config);
 
+/// Elements of the whole model (gpt_parameter_specs summed): what every layout reports as its
+/// parameter count, whichever share of them a rank holds.
+std::int64_t gpt_parameter_count(const ModelConfig& config);
+
 } // namespace tinyscale::nn

@@ -1,16 +1,15 @@
 // The layout rules of chapter 09, shared by `tinyscale train` (through fourd::check_plan) and the
-// planner (enumerate_layouts, check_layout); see rules.hpp. Each rule lives in its own chapter's
-// folder; this file only decides which of them a plan calls.
+// planner (enumerate_layouts, check_layout); see rules.hpp. Each rule lives in its own axis'
+// folder (<axis>/rules.cpp); this file only decides which of them a plan calls.
 #include "plan/rules.hpp"
 
 #include "core/error.hpp"
-#include "cp/trainer.hpp"
-#include "ep/trainer.hpp"
-#include "pp/run.hpp"
-#include "pp/trainer.hpp"
-#include "tp/model.hpp"
-#include "train/trainer.hpp"
-#include "zero/trainer.hpp"
+#include "cp/rules.hpp"
+#include "ep/rules.hpp"
+#include "pp/rules.hpp"
+#include "tp/rules.hpp"
+#include "train/rules.hpp"
+#include "zero/rules.hpp"
 
 #include <algorithm>
 
@@ -23,14 +22,7 @@ void check_layout_rules(const mesh::ParallelPlan& plan, const io::RunConfig& con
     tp::check_tp_layout(config.model, config.train.seq_len, plan.tp, plan.sequence_parallel);
   if (plan.composed()) (void)plan.mesh_layout(); // the order names every axis of size > 1
   if (plan.cp > 1) {
-    TS_CHECK(plan.zero <= 1, "--cp ", plan.cp, ": expected it with --zero 0 or 1 (not yet ",
-             "composed with ZeRO stages 2 and 3), found --zero ", plan.zero,
-             "; use --zero 1, or leave out --cp");
-    TS_CHECK(!plan.sequence_parallel || config.train.seq_len % (plan.cp * plan.tp) == 0, "--cp ",
-             plan.cp, " with --sp and --tp ", plan.tp, ": expected train.seq_len to cut into cp x ",
-             "tp = ", plan.cp * plan.tp, " equal parts (each tp rank holds a part of its cp ",
-             "rank's positions), found ", config.train.seq_len, "; choose a multiple of ",
-             plan.cp * plan.tp);
+    cp::check_cp_composition(config, plan.cp, plan.tp, plan.sequence_parallel, plan.zero);
     cp::check_cp_layout(config, plan.cp, cp::parse_split(plan.cp_split));
   }
   if (plan.pp > 1 || plan.composed())

@@ -1,11 +1,12 @@
 // The layout rules that `tinyscale train` and the planner share (chapter 09): whether a parallel
-// plan can lay out a model at all, checked by the per-axis functions the trainers themselves call
-// (tp::check_tp_layout, ep::check_ep_layout, cp::check_cp_layout, pp::check_pipeline_layout,
-// zero::check_zero_layout, train::check_batch_split), so the planner never proposes a layout that
-// `train` refuses. The easy thing to get wrong: these are rules of the layout. What this
-// version's executor cannot run yet (ZeRO 2 or 3 in a composed run, measured --pp-blocks on its
-// shards) is fourd::check_plan's, on top of them; and the planner's cost model adds its own even
-// split of the layers.
+// plan can lay out a model at all. Each axis keeps its rules in its own folder, <axis>/rules.hpp
+// (tp::check_tp_layout, ep::check_ep_layout, cp::check_cp_layout and check_cp_composition,
+// pp::check_pipeline_layout, zero::check_zero_layout, train::check_batch_split), and the trainers
+// call the same functions, so the planner never proposes a layout that `train` refuses. This
+// file only decides which of them a plan calls. The easy thing to get wrong: these are rules of
+// the layout. What this version's executor cannot run yet (ZeRO 2 or 3 in a composed run,
+// measured --pp-blocks on its shards) is fourd::check_plan's, on top of them; and the planner's
+// cost model adds its own even split of the layers.
 #pragma once
 
 #include "io/config.hpp"

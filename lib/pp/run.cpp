@@ -1,23 +1,13 @@
 #include "pp/run.hpp"
 
+#include "mesh/mesh.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
 
 namespace tinyscale::pp {
-
-PipelineOptions pipeline_options(const mesh::ParallelPlan& plan) {
-  PipelineOptions options;
-  options.schedule = parse_schedule(plan.schedule);
-  options.chunks = plan.chunks;
-  options.zero = plan.zero;
-  if (plan.pp_blocks == "measured")
-    options.measured_partition = true;
-  else if (!plan.pp_blocks.empty())
-    options.blocks_per_stage = parse_blocks_per_stage(plan.pp_blocks);
-  return options;
-}
 
 namespace {
 
@@ -30,13 +20,12 @@ class PipelineRun final : public train::TrainerRun<PipelineTrainer> {
 public:
   PipelineRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
               comm::Communicator& world, std::string trace_path)
-      : plan_(plan), world_(&world),
-        pipeline_(world.split(world.rank() % plan.dp, world.rank(), "pp")),
-        copies_(world.split(world.rank() / plan.dp, world.rank(), "dp")),
+      : plan_(plan), world_(&world), mesh_(world, plan.mesh_layout()),
         trace_path_(std::move(trace_path)),
         trace_(metrics::make_trace_recorder(world, trace_path_)) {
-    trainer_ = std::make_unique<PipelineTrainer>(config, *pipeline_, pipeline_options(plan),
-                                                 trace_.get(), copies_.get());
+    trainer_ = std::make_unique<PipelineTrainer>(config, mesh_.group(mesh::Axis::Pp),
+                                                 pipeline_options(plan), trace_.get(),
+                                                 &mesh_.group(mesh::Axis::Dp));
   }
 
   train::StepResult train_step() override {
@@ -98,7 +87,7 @@ public:
 private:
   mesh::ParallelPlan plan_;
   comm::Communicator* world_;
-  std::unique_ptr<comm::Communicator> pipeline_, copies_;
+  mesh::Mesh mesh_; // pp x dp, dp innermost
   std::string trace_path_;
   std::unique_ptr<metrics::TraceRecorder> trace_;
   BubbleReport bubble_;

@@ -11,9 +11,6 @@
 
 namespace tinyscale::pp {
 
-/// The plan's pipeline options: schedule, chunks, the cut (`measured` or by hand) and ZeRO.
-PipelineOptions pipeline_options(const mesh::ParallelPlan& plan);
-
 /// Collective over `world` (pp x dp ranks, dp innermost: world rank = d + dp x stage): one
 /// PipelineTrainer per rank. Each step line adds the bubble, measured beside the simulator's and
 /// the formula's; finish() prints the last step's bubble per rank and writes the trace.

@@ -9,9 +9,12 @@
 #include "nn/context.hpp"
 #include "nn/gpt.hpp"
 #include "nn/parameter.hpp"
+#include "optim/config.hpp"
+#include "optim/sharded.hpp"
 #include "train/sharded_checkpoint.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,6 +67,13 @@ public:
     (void)sharded;
     return {};
   }
+  /// Collective over `group`: the AdamW state of `params` (whose gradients `group` sums)
+  /// sharded over its ranks, ZeRO stage 1 reducing once the step's own sums are done
+  /// (PipelineOptions::zero). Only the composed model builds one (fourd::MeshStages, with
+  /// chapter 07's zero::ShardedDataParallel); here it throws, naming the fix.
+  virtual std::unique_ptr<optim::ShardedOptimizer>
+  sharded_optimizer(const nn::ParameterList& params, comm::Communicator& group,
+                    const optim::OptimConfig& optim) const;
 
   // ---- checkpoints in the single-rank layout (chapter 12) -----------------------------------
   /// Whether this rank's model holds parameter `name` (an expert lives on one ep rank only).

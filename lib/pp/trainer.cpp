@@ -4,7 +4,6 @@
 // the deferred W pass of a split backward. Stages never share a graph: even two virtual stages
 // on one rank (p = 1 with chunks) hand over a detached copy, exactly like a send.
 #include "pp/trainer.hpp"
-#include "zero/sharded_dp.hpp"
 
 #include "autograd/engine.hpp"
 #include "autograd/grad_mode.hpp"
@@ -28,27 +27,6 @@ struct PipelineTrainer::MicroBatchState {
   Tensor input_grad;          // [b, T, C]: dL/d input, to send
   WeightGradPass weight_pass; // a split backward's W, until it runs
 };
-
-namespace {
-Partition make_partition(const io::RunConfig& config, int stages, const PipelineOptions& o) {
-  const int virtual_stages = stages * o.chunks;
-  return o.blocks_per_stage.empty()
-             ? balanced_partition(config.model.n_layer, virtual_stages)
-             : manual_partition(config.model.n_layer, virtual_stages, o.blocks_per_stage);
-}
-} // namespace
-
-void check_pipeline_layout(const io::RunConfig& config, int stages, const PipelineOptions& options,
-                           int data_parallel) {
-  const train::TrainConfig& t = config.train;
-  check_schedule_shape(options.schedule, stages, static_cast<int>(t.micro_batches), options.chunks);
-  (void)make_partition(config, stages, options);
-  train::check_batch_split(config, data_parallel, "pipeline", "pipeline");
-  TS_CHECK(stages == 1 || options.zero <= 1, "pipeline: expected ZeRO stage 0 or 1 with ",
-           "pipeline stages, found ", options.zero, "; stages 2 and 3 shard the gradients and ",
-           "parameters that every micro-batch's backward needs whole (DeepSpeed refuses them ",
-           "with pipelines too): use --zero 1");
-}
 
 namespace {
 // The ranks whose rows add up to the batch (row_replicas, else the data-parallel group).
@@ -147,7 +125,7 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
                                                           config.train.micro_batches))
               : LayerCosts{}),
       partition_(layer_costs_.blocks.empty()
-                     ? make_partition(config, group.size(), options_)
+                     ? stage_partition(config, group.size(), options_)
                      : balanced_partition(config.model.n_layer, schedule_.virtual_stages(),
                                           layer_costs_.blocks, layer_costs_.embed,
                                           layer_costs_.head)),
@@ -192,15 +170,10 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
       }
       lists[static_cast<std::size_t>(at - groups.begin())].push_back(p);
     }
-    // chapter 07's ZeRO-1, reducing once the step's own sums are done (finish_step); each
-    // parameter its own unit, so any stage's list shards. The constructor makes the parameters
-    // views into its flat buffers and broadcasts them from rank 0 of the group, whose ranks hold
-    // the same parameters (experts: the expert-data-parallel group)
-    zero::ZeroOptions zo;
-    zo.reduce_after_backward = true;
+    // ZeRO-1 over each group, reducing once the step's own sums are done (finish_step): the
+    // stage model builds it (the composed model: chapter 07's ShardedDataParallel)
     for (std::size_t i = 0; i < groups.size(); ++i)
-      sharded_.push_back(
-          std::make_unique<zero::ShardedDataParallel>(lists[i], 0, *groups[i], oc, zo));
+      sharded_.push_back(model_->sharded_optimizer(lists[i], *groups[i], oc));
   }
   group_->barrier();
   origin_ = std::chrono::steady_clock::now();
@@ -226,12 +199,6 @@ const std::vector<nn::ParameterSpec>& PipelineTrainer::whole_model() const {
   return whole_;
 }
 
-std::int64_t PipelineTrainer::parameter_count() const {
-  std::int64_t n = 0;
-  for (const nn::ParameterSpec& s : whole_model()) n += s.shape.numel();
-  return n;
-}
-
 std::vector<const nn::NamedParameter*> PipelineTrainer::owned_parameters() const {
   std::vector<const nn::NamedParameter*> out;
   for (const nn::NamedParameter& p : model_->parameters())
@@ -244,7 +211,7 @@ std::int64_t PipelineTrainer::optimizer_state_bytes() const {
   if (adamw_ != nullptr)
     for (const auto& [name, t] : adamw_->state_tensors())
       if (name != "step") bytes += t.numel() * static_cast<std::int64_t>(dtype_size(t.dtype()));
-  for (const auto& s : sharded_) bytes += s->memory().optimizer;
+  for (const auto& s : sharded_) bytes += s->state_bytes();
   return bytes;
 }
 

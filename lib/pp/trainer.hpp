@@ -10,6 +10,7 @@
 #include "io/config.hpp"
 #include "metrics/trace.hpp"
 #include "pp/partition.hpp"
+#include "pp/rules.hpp"
 #include "pp/schedule.hpp"
 #include "pp/simulate.hpp"
 #include "pp/stage_model.hpp"
@@ -19,40 +20,7 @@
 #include <memory>
 #include <vector>
 
-namespace tinyscale::zero {
-class ShardedDataParallel; // ZeRO-1 of a composed run's stages (chapter 10), built in trainer.cpp
-} // namespace tinyscale::zero
-
 namespace tinyscale::pp {
-
-/// How a run is pipelined.
-struct PipelineOptions {
-  ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int chunks = 1;                    ///< v: model chunks per rank (interleaved only)
-  std::vector<int> blocks_per_stage; ///< a manual cut, one count per virtual stage; empty: even
-  /// Without a manual cut: balance the stages by measured costs (timed on rank 0,
-  /// broadcast) instead of counting blocks.
-  bool measured_partition = false;
-  /// For tests only: false skips summing the tied embedding's gradient between the first and
-  /// the last stage (the negative control of the equivalence tests).
-  bool tie_embedding_gradients = true;
-  /// 1: the AdamW state of each stage sharded over its data-parallel group (ZeRO stage 1,
-  /// zero/sharded_dp.hpp, reducing after backward; chapter 10); 0: every rank holds its stages'
-  /// whole state.
-  int zero = 0;
-  /// The ranks that run other rows of the batch, whose losses add up; null: the data-parallel
-  /// group. A composed run with context parallelism (chapter 14) passes its "dp x ep" here: its
-  /// cp ranks run the same rows (their positions), so they share the rows and the loss but
-  /// still sum their gradients over the data-parallel group "dp x cp x ep".
-  comm::Communicator* row_replicas = nullptr;
-};
-
-/// Throws, before any work, unless `config` can run as a pipeline of `stages` ranks inside
-/// `data_parallel` pipelines: the schedule fits p, m and v (pp/schedule.hpp), p v <= n_layer
-/// and the partition leaves no stage empty, the batch divides by data_parallel x micro-batches,
-/// and ZeRO is stage 0 or 1 when there is more than one stage.
-void check_pipeline_layout(const io::RunConfig& config, int stages, const PipelineOptions& options,
-                           int data_parallel = 1);
 
 /// Seconds of forward plus backward of each piece of the model on one micro-batch.
 struct LayerCosts {
@@ -155,8 +123,6 @@ public:
   /// optimizer is empty (OptimizerOwner::Caller): this class steps its own.
   const train::Trainer& trainer() const { return trainer_; }
   std::int64_t step() const { return trainer_.step(); }
-  /// Elements of the whole model (every stage's, though this rank holds its own only).
-  std::int64_t parameter_count() const;
   /// The pieces of the model this rank builds: its stages'.
   nn::Pieces pieces() const;
   /// The whole model's parameters without values, in nn::GPT's order (checkpoints visit them
@@ -199,7 +165,7 @@ private:
   std::unique_ptr<optim::AdamW> adamw_;          ///< without ZeRO: this rank's stages' state
   /// ZeRO-1: one sharded optimizer per data-parallel group (the pipeline's own, then each
   /// other group a parameter names, e.g. the experts'), with the groups.
-  std::vector<std::unique_ptr<zero::ShardedDataParallel>> sharded_;
+  std::vector<std::unique_ptr<optim::ShardedOptimizer>> sharded_;
 };
 
 } // namespace tinyscale::pp

@@ -3,7 +3,6 @@
 // stage, each parameter's data-parallel group), the MoE statistics of every layer, the global
 // norm counting every element once, and AdamW (whole, or ZeRO-1 slices).
 #include "pp/trainer.hpp"
-#include "zero/sharded_dp.hpp"
 
 #include "autograd/grad_mode.hpp"
 #include "comm/tensor_comm.hpp"
@@ -43,8 +42,8 @@ void PipelineTrainer::finish_step(train::StepResult& r,
   // MoE statistics of every layer, from its stage, summed over pp and then the pipelines that
   // run other rows
   const nn::ModelConfig& model = trainer_.config().model;
-  dp::reduce_step_result(*group_, r, model);
-  if (row_replicas() != nullptr) dp::reduce_step_result(*row_replicas(), r, model);
+  train::reduce_step_result(*group_, r, model);
+  if (row_replicas() != nullptr) train::reduce_step_result(*row_replicas(), r, model);
   r.loss = r.lm_loss + r.aux_loss + r.z_loss;
   r.grad_norm = global_grad_norm();
   const double lr = trainer_.learning_rate();

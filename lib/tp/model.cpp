@@ -9,28 +9,6 @@
 
 namespace tinyscale::tp {
 
-void check_tp_layout(const nn::ModelConfig& m, std::int64_t seq_len, int tp,
-                     bool sequence_parallel) {
-  TS_CHECK(tp >= 1, "tensor parallel: expected tp >= 1, found ", tp);
-  auto fix = [&](const char* key) {
-    return std::string("; set ") + key + " to a multiple of " + std::to_string(tp) +
-           " or choose a tp that divides it";
-  };
-  TS_CHECK(m.n_head % tp == 0, "tensor parallel: expected model.n_head (", m.n_head,
-           ") divisible by tp = ", tp, " (each rank takes n_head / tp heads), found a remainder",
-           fix("model.n_head"));
-  TS_CHECK(m.n_embd % tp == 0, "tensor parallel: expected model.n_embd (", m.n_embd,
-           ") divisible by tp = ", tp, ", found a remainder", fix("model.n_embd"));
-  TS_CHECK(m.n_inner() % tp == 0, "tensor parallel: expected the MLP width 4 x model.n_embd (",
-           m.n_inner(), ") divisible by tp = ", tp, ", found a remainder", fix("model.n_embd"));
-  TS_CHECK(m.vocab_size % tp == 0, "tensor parallel: expected model.vocab_size (", m.vocab_size,
-           ") divisible by tp = ", tp, " (the embedding and the head are split by vocabulary), ",
-           "found a remainder; pad the vocabulary: set model.vocab_size to a multiple of ", tp);
-  TS_CHECK(!sequence_parallel || seq_len % tp == 0, "sequence parallel: expected train.seq_len (",
-           seq_len, ") divisible by tp = ", tp, " (each rank holds seq_len / tp positions), ",
-           "found a remainder", fix("train.seq_len"), ", or turn sequence parallelism off");
-}
-
 /// h.N on a tensor-parallel rank: the pre-LayerNorm block of nn/block.hpp.
 class TpBlock {
 public:

@@ -13,17 +13,12 @@
 #include "nn/config.hpp"
 #include "nn/gpt.hpp"
 #include "tp/layers.hpp"
+#include "tp/rules.hpp"
 
 #include <memory>
 #include <vector>
 
 namespace tinyscale::tp {
-
-/// Throws, before any work, when the model or the sequence cannot be split over `tp` ranks:
-/// heads, hidden size, MLP width and vocabulary must divide by tp, and with sequence
-/// parallelism the sequence length too. The message names the setting to change.
-void check_tp_layout(const nn::ModelConfig& model, std::int64_t seq_len, int tp,
-                     bool sequence_parallel);
 
 class TpBlock;
 

@@ -72,13 +72,6 @@ train::StepResult TpTrainer::train_step() {
   return dp::data_parallel_step(trainer_, plan);
 }
 
-std::int64_t TpTrainer::parameter_count() const {
-  std::int64_t n = 0;
-  for (const auto& p : model_->parameters())
-    n += p.tensor.numel() * (shard_spec(p.name).replicated() ? 1 : tp_->size());
-  return n;
-}
-
 // The join: every shard (and its AdamW moments) gathered whole, by the parameter's shard spec.
 std::string TpTrainer::save_checkpoint() const {
   TpShardMap shards(*tp_);

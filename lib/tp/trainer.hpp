@@ -57,8 +57,6 @@ public:
   std::int64_t step() const { return trainer_.step(); }
   /// Where the shards live (train.device).
   Device device() const { return trainer_.device(); }
-  /// Elements of the whole model (every shard of a split parameter counted once per rank).
-  std::int64_t parameter_count() const;
   const io::RunConfig& config() const { return trainer_.config(); }
   const TpGPT& model() const { return *model_; }
   const optim::AdamW& optimizer() const { return trainer_.optimizer(); }

@@ -53,7 +53,7 @@ public:
   virtual void finish() {}
 };
 
-/// A RankRun over a trainer with train_step, evaluate, save_checkpoint, resume, parameter_count
+/// A RankRun over a trainer with train_step, evaluate, save_checkpoint, resume
 /// and the train::Trainer it wraps as trainer() (step, device, FLOPs and data are that one's): a
 /// layout's run derives from it, builds `trainer_` in its constructor (after the groups it needs)
 /// and adds its reports.
@@ -66,7 +66,7 @@ public:
   std::int64_t step() const override { return core().step(); }
   Device device() const override { return core().device(); }
   double flops_per_token() const override { return core().flops_per_token(); }
-  std::int64_t parameter_count() const override { return trainer_->parameter_count(); }
+  std::int64_t parameter_count() const override { return core().parameter_count(); }
   const data::TokenDataset& dataset() const override { return core().dataset(); }
 
 protected:

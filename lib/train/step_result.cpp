@@ -1,5 +1,6 @@
 #include "train/step_result.hpp"
 
+#include "comm/tensor_comm.hpp"
 #include "core/error.hpp"
 
 #include <algorithm>
@@ -83,6 +84,14 @@ void set_step_sums(StepResult& r, const std::vector<double>& sums, const nn::Mod
       s.tokens_per_expert.push_back(static_cast<std::int64_t>(row[kLayerFigures + e]));
     r.moe.push_back(std::move(s));
   }
+}
+
+void reduce_step_result(comm::Communicator& group, train::StepResult& r,
+                        const nn::ModelConfig& model) {
+  const std::vector<double> mine = train::step_sums(r, model);
+  Tensor t = Tensor::from_vector(mine, {static_cast<std::int64_t>(mine.size())}, DType::Float64);
+  comm::all_reduce(group, t);
+  train::set_step_sums(r, t.to_vector(), model);
 }
 
 } // namespace tinyscale::train

@@ -1,10 +1,12 @@
 // StepResult: what one optimizer step did (chapter 02), and the one way every layout sums it
-// over ranks. A figure that adds up over ranks is added to StepResult and to the one list in
-// step_result.cpp, and every layout's reduction carries it. The easy thing to get wrong: ranks of a
-// pipeline hold different MoE layers, so the sums are laid out by the model's MoE layers (zeros for
-// a layer not run here), never by what one rank happens to hold.
+// over ranks (step_sums, reduce_step_result). A figure that adds up over ranks is added to
+// StepResult and to the one list in step_result.cpp, and every layout's reduction carries it. The
+// easy thing to get wrong: ranks of a pipeline hold different MoE layers, so the sums are laid out
+// by the model's MoE layers (zeros for a layer not run here), never by what one rank happens to
+// hold.
 #pragma once
 
+#include "comm/communicator.hpp"
 #include "nn/config.hpp"
 #include "nn/mlp.hpp"
 
@@ -42,5 +44,12 @@ void add_moe_layer(std::vector<nn::MoeLayerStats>& into, const nn::MoeLayerStats
 std::vector<double> step_sums(const StepResult& r, const nn::ModelConfig& model);
 /// Reads step_sums' layout back into `r` (losses and r.moe, every MoE layer of `model`).
 void set_step_sums(StepResult& r, const std::vector<double>& sums, const nn::ModelConfig& model);
+
+/// Collective over `group`: sums every rank's share of a step's losses and MoE counts (each rank
+/// passes its rows' share; train::step_sums lays them out), so every rank ends with the whole
+/// batch's figures. The sums sit on the host (a group that reads only device memory, nccl, gets
+/// them staged through its device by the tensor layer).
+void reduce_step_result(comm::Communicator& group, train::StepResult& r,
+                        const nn::ModelConfig& model);
 
 } // namespace tinyscale::train

@@ -12,6 +12,7 @@
 #include "nn/gpt.hpp"
 #include "nn/model.hpp"
 #include "optim/adamw.hpp"
+#include "train/rules.hpp"
 #include "train/step_result.hpp"
 
 #include <chrono>
@@ -30,12 +31,6 @@ enum class OptimizerOwner { Trainer, Caller };
 /// The Device named by train.device ("cpu", "cuda" or "emu"); throws, saying why, when a CUDA run
 /// is asked of a CPU-only build or a machine without a GPU.
 Device parse_device(const std::string& name);
-
-/// The batch rule every layout shares: throws unless train.batch_size divides into `replicas`
-/// copies (data-parallel ranks, or pipelines: `unit` names them in the message) of
-/// train.micro_batches micro-batches of equal rows. `who` starts the message ("data parallel").
-void check_batch_split(const io::RunConfig& config, std::int64_t replicas, const char* who,
-                       const char* unit = "data-parallel rank");
 
 /// Throws, naming every difference, unless `now` equals the config `saved` in a checkpoint at
 /// `path` in every key but logging, evaluation and checkpoint keys (what resume() checks).
@@ -120,8 +115,8 @@ public:
   const data::TokenDataset& dataset() const { return data_; }
   /// Model FLOPs per trained token (PaLM; metrics/flops.hpp).
   double flops_per_token() const;
-  /// Elements of this rank's parameters (the whole model, for chapter 02's GPT).
-  std::int64_t parameter_count() const { return nn::count_elements(model_->parameters()); }
+  /// Elements of the whole model (nn::gpt_parameter_count), whichever share of it this rank holds.
+  std::int64_t parameter_count() const { return nn::gpt_parameter_count(config_.model); }
 
 private:
   io::RunConfig config_;

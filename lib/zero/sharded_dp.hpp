@@ -13,6 +13,7 @@
 #include "nn/parameter.hpp"
 #include "optim/adamw.hpp"
 #include "optim/config.hpp"
+#include "optim/sharded.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -55,7 +56,7 @@ struct ZeroMemory {
 
 /// The ZeRO wrapper around a GPT's parameters on one rank of the dp group. The parameters become
 /// views into per-unit flat buffers; the gradients are taken from them as they become ready.
-class ShardedDataParallel : public nn::ForwardHooks {
+class ShardedDataParallel : public nn::ForwardHooks, public optim::ShardedOptimizer {
 public:
   /// Collective over `group`: splits the group into a gather and a reduce communicator, lays the
   /// units out, allocates this rank's state and (without `unallocated`) broadcasts the
@@ -84,19 +85,19 @@ public:
   /// complete: moves every parameter's gradient into its unit and reduce-scatters every unit, so
   /// this rank holds the sum of its shard of each (a parameter no rank had a gradient for is
   /// skipped by step(), as one AdamW skips it).
-  void reduce_gradients();
+  void reduce_gradients() override;
   /// Collective: the L2 norm of the whole reduced gradient (every rank's shards together).
   double grad_norm();
   /// The sum of squares of this rank's reduced shards of the parameters for which `counted`
   /// (given the parameter's index) is true; the shards of the group's ranks are disjoint, so their
   /// sums add up to the squares of those parameters' whole gradients.
-  double squares(const std::function<bool(std::size_t)>& counted) const;
+  double squares(const std::function<bool(std::size_t)>& counted) const override;
   /// Collective: updates this rank's shard of every parameter that had a gradient on some rank
   /// with AdamW at `lr` (with optim.offload on a device: on the host, where the moments are;
   /// ZeRO-Offload, Ren et al. 2021), each gradient element multiplied by `clip_factor` as the
   /// update reads it (AdamWStep::grad_scale), all-gathers the parameters (stages 1, 2) and clears
   /// the gradients for the next step.
-  void step(double lr, double clip_factor);
+  void step(double lr, double clip_factor) override;
 
   // Stage 3's forward hooks (nothing happens at stages 1, 2): before_forward gathers the
   // embeddings and head, each block is gathered before it runs and freed after, the head after
@@ -117,7 +118,7 @@ public:
   /// single-rank checkpoint's), gathered from the shards one unit at a time. With `root` >= 0
   /// only that rank keeps it, in host memory (the others hold one unit's moments at a time and
   /// get nothing).
-  optim::StateTensors optimizer_state(int root = -1);
+  optim::StateTensors optimizer_state(int root = -1) override;
   /// Collective: calls `visit` once per unit with the indices of its parameters, in unit order,
   /// while they can be read (stage 3 gathers the unit first and frees it after: one unit at a
   /// time, never the whole model).
@@ -126,18 +127,20 @@ public:
   /// parameters: every name once, shapes and dtypes, step counts >= 0. Changes nothing.
   void check_optimizer_state(const optim::StateTensors& state) const;
   /// Takes this rank's shard of a single-rank AdamW state (check_optimizer_state first).
-  void load_optimizer_state(const optim::StateTensors& state);
+  void load_optimizer_state(const optim::StateTensors& state) override;
 
   /// The ZeRO stage: 1, 2 or 3.
   int stage() const;
   /// The parameters, in the order given to the constructor.
-  const nn::ParameterList& parameters() const;
+  const nn::ParameterList& parameters() const override;
   /// Elements of the model (Psi), without padding.
   std::int64_t parameter_count() const;
   /// Elements of this rank's shards (padding included): sum over units of padded / N.
   std::int64_t shard_elements() const;
   /// What this rank holds now, and the peaks since reset_peaks(), from the allocator's counts.
   ZeroMemory memory() const;
+  /// memory().optimizer: the AdamW moments of this rank's shards.
+  std::int64_t state_bytes() const override { return memory().optimizer; }
   /// Starts the peaks of ZeroMemory (gathered, reduce) from what is held now.
   void reset_peaks();
   /// What the gather and the reduce-scatter communicators moved since reset_counts(), by region

@@ -10,12 +10,6 @@
 
 namespace tinyscale::zero {
 
-void check_zero_layout(const io::RunConfig& config, int ranks, int stage) {
-  TS_CHECK(stage >= 1 && stage <= 3, "ZeRO: expected stage 1, 2 or 3, found ", stage,
-           "; stage 0 is plain data parallelism (chapter 04: leave --zero out)");
-  train::check_batch_split(config, ranks, "ZeRO");
-}
-
 namespace {
 const io::RunConfig& checked(const io::RunConfig& config, const comm::Communicator& group,
                              int stage) {

@@ -11,6 +11,7 @@
 #include "comm/communicator.hpp"
 #include "io/config.hpp"
 #include "train/trainer.hpp"
+#include "zero/rules.hpp"
 #include "zero/sharded_dp.hpp"
 
 #include <memory>
@@ -18,11 +19,6 @@
 #include <vector>
 
 namespace tinyscale::zero {
-
-/// Throws, before any work, unless a ZeRO run of `config` on `ranks` data-parallel ranks fits:
-/// stage 1, 2 or 3; train.batch_size divisible by ranks x micro_batches. (Whether the
-/// communicator reads the parameters' memory is checked when the run starts.)
-void check_zero_layout(const io::RunConfig& config, int ranks, int stage);
 
 /// One rank's model (its parameters gathered or sharded), state shard and data.
 class ZeroTrainer {
@@ -47,8 +43,6 @@ public:
   nn::ParameterList gathered_parameters();
 
   std::int64_t step() const { return trainer_.step(); }
-  /// Elements of the whole model (psi of the formulas), whatever each rank holds.
-  std::int64_t parameter_count() const { return zero_->parameter_count(); }
   const train::Trainer& trainer() const { return trainer_; }
   ShardedDataParallel& sharded() { return *zero_; }
   const ShardedDataParallel& sharded() const { return *zero_; }

@@ -297,6 +297,8 @@ TEST_CASE("A GPT of some pieces (a pipeline rank's stages) holds exactly those p
       CHECK(specs[i].decay == want[i].decay);
       CHECK(specs[i].init.kind == nn::ParameterInit::Kind::Unknown); // no seed was given
     }
+    // the one parameter count every layout reports: the built model's elements
+    CHECK(nn::gpt_parameter_count(config) == nn::count_elements(nn::GPT(config, 7).parameters()));
   }
   // Any piece of a parameter's initial value, drawn alone (ZeRO-3's shards, tp's slices), has
   // the bytes of that piece of Tensor::randn / Tensor::full's whole tensor, in either float type

@@ -11,7 +11,6 @@
 #include "core/error.hpp"
 #include "pp/trainer.hpp"
 #include "train/sharded_checkpoint.hpp"
-#include "zero/sharded_dp.hpp"
 
 #include <functional>
 #include <map>
