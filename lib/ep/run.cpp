@@ -60,8 +60,7 @@ public:
   // The mesh's dp axis is the expert-data-parallel size dp / ep.
   ExpertParallelRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                     comm::Communicator& world)
-      : plan_(plan), world_(&world),
-        mesh_(world, plan.mesh_layout()),
+      : plan_(plan), world_(&world), mesh_(world, plan.mesh_layout()),
         dense_(&mesh_.group("dp x cp x ep")) {
     trainer_ = std::make_unique<EpTrainer>(config, *dense_, mesh_.group(mesh::Axis::Ep),
                                            mesh_.group("dp x cp"),

@@ -11,8 +11,7 @@ class TensorParallelRun final : public train::TrainerRun<TpTrainer> {
 public:
   TensorParallelRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                     comm::Communicator& world)
-      : plan_(plan), world_(&world),
-        mesh_(world, plan.mesh_layout()) {
+      : plan_(plan), world_(&world), mesh_(world, plan.mesh_layout()) {
     trainer_ = std::make_unique<TpTrainer>(config, mesh_.group(mesh::Axis::Tp),
                                            plan.dp > 1 ? &mesh_.group(mesh::Axis::Dp) : nullptr,
                                            TpOptions{plan.sequence_parallel, -1});
