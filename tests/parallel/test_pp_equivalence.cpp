@@ -11,6 +11,8 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 using namespace tinyscale;
 using namespace tinyscale::test;
@@ -200,6 +202,32 @@ TEST_CASE("A pipeline layout that cannot run is refused before any work, naming 
   config.train.batch_size = 7;
   REQUIRE_TS_ERROR(pp::check_pipeline_layout(config, 2, schedule(pp::ScheduleKind::OneFOneB)),
                    Catch::Contains("does not divide into 1 pipeline(s) x 6 micro-batches"));
+}
+
+TEST_CASE("ZeRO-1 of pipeline stages needs the composed stage model: one rank's GPT stages refuse "
+          "it before any work, naming the fix",
+          "[parallel][pp]") {
+  // Two pipelines of one stage each; each rank's stages would shard their AdamW state over both.
+  const io::RunConfig config = pp_run_config(2, 2, false, 2);
+  pp::PipelineOptions o = schedule(pp::ScheduleKind::OneFOneB);
+  o.zero = 1;
+  std::vector<std::string> refusals(2); // checked here: Catch's assertions are not thread-safe
+  comm::run_threads(
+      2,
+      [&](comm::Communicator& world) {
+        auto stage = world.split(world.rank(), 0, "pp");
+        try {
+          pp::PipelineTrainer t(config, *stage, o, nullptr, &world);
+        } catch (const Error& e) {
+          refusals[static_cast<std::size_t>(world.rank())] = e.what();
+        }
+      },
+      comm::testing::test_options(std::chrono::seconds(60)));
+  for (const std::string& refusal : refusals) {
+    CHECK_THAT(refusal,
+               Catch::Contains("ZeRO-1 of pipeline stages comes with the composed model") &&
+                   Catch::Contains("fourd::mesh_stages"));
+  }
 }
 
 TEST_CASE("On the emulated device, every schedule equals one rank at the same tolerance as on the "
