@@ -12,7 +12,8 @@
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "cp/model.hpp"
-#include "cp/trainer.hpp"
+#include "cp/rules.hpp"
+#include "fourd/trainer.hpp"
 #include "io/config.hpp"
 #include "median.hpp"
 #include "nn/gpt.hpp"
@@ -57,22 +58,23 @@ double sent_formula(const BatchSizes& z, int n) {
 
 /// Bytes one layer's forward leaves allocated on this rank (what its backward will read, and its
 /// output): block 0 on a random input of this rank's positions. Collective over cp (the ring).
-double activation_and_work(const cp::CpTrainer& trainer, double& pairs) {
-  const auto& model = dynamic_cast<const cp::CpGPT&>(trainer.trainer().model());
-  const io::RunConfig& config = trainer.config();
-  const nn::SequenceChunks& chunks = model.chunks();
+double activation_and_work(comm::Communicator& group, const fourd::MeshTrainer& trainer,
+                           cp::Split split, double& pairs) {
+  const tp::TpGPT& model = trainer.stages().model();
+  const io::RunConfig& config = trainer.trainer().config();
+  const cp::ContextParallel cp(group, split, config.train.seq_len); // the run's cut, its own ring
+  const nn::SequenceChunks& chunks = cp.chunks();
   const std::int64_t local = chunks.length * static_cast<std::int64_t>(chunks.starts.size());
-  Tensor x =
-      Tensor::randn({trainer.micro_batch_rows(), local, config.model.n_embd}, config.train.seed, 1,
-                    config.model.compute_dtype(), 0.0, 1.0, 0, trainer.device());
+  const Device device = trainer.trainer().device();
+  Tensor x = Tensor::randn({trainer.micro_batch_rows(), local, config.model.n_embd},
+                           config.train.seed, 1, config.model.compute_dtype(), 0.0, 1.0, 0, device);
   x.set_requires_grad();
-  model.ring().reset_work();
   MemoryCounter counter;
   CountAllocations scope(counter);
   const std::int64_t before = counter.live_bytes();
-  nn::FeedForwardOutput out =
-      model.block(0, x, nn::ForwardContext{true, config.train.seed, trainer.step(), 0});
-  pairs = static_cast<double>(model.ring().work().pairs);
+  nn::FeedForwardOutput out = model.block(
+      0, x, cp.context(nn::ForwardContext{true, config.train.seed, trainer.step(), 0}, true));
+  pairs = static_cast<double>(cp.ring().work().pairs);
   return static_cast<double>(counter.live_bytes() - before);
 }
 
@@ -101,7 +103,10 @@ std::vector<double> gathered(comm::Communicator& world, double value) {
 Row measure(comm::Communicator& world, const io::RunConfig& config, cp::Split split,
             const BenchCpOptions& opt) {
   comm::CountingCommunicator counting(world);
-  cp::CpTrainer trainer(config, counting, nullptr, counting, split);
+  mesh::ParallelPlan plan; // cp over the whole world: fourd::MeshTrainer, as `train --cp` runs
+  plan.cp = world.size();
+  plan.cp_split = cp::split_name(split);
+  fourd::MeshTrainer trainer(plan, config, counting);
   for (std::int64_t i = 0; i < opt.warmup; ++i) trainer.train_step();
   counting.reset();
   std::vector<double> local, slowest(static_cast<std::size_t>(opt.steps));
@@ -112,7 +117,9 @@ Row measure(comm::Communicator& world, const io::RunConfig& config, cp::Split sp
   // On the uncounted world: the measurement adds no traffic to the counts.
   world.all_reduce(local.data(), slowest.data(), opt.steps, DType::Float64, comm::ReduceOp::Max);
   double pairs = 0;
-  const double act = trainer.device() == Device::cpu() ? activation_and_work(trainer, pairs) : 0.0;
+  const Device device = trainer.trainer().device();
+  const double act =
+      device == Device::cpu() ? activation_and_work(counting, trainer, split, pairs) : 0.0;
 
   const BatchSizes z = batch_sizes(config);
   const int n = world.size();
@@ -127,7 +134,7 @@ Row measure(comm::Communicator& world, const io::RunConfig& config, cp::Split sp
     row.pairs_formula.push_back(static_cast<double>(cp::causal_pairs(r, n, split, z.s)));
   row.activation = gathered(world, act);
   if (n == 1 && act > 0)
-    row.plain_activation = plain_activation(config, trainer.micro_batch_rows(), trainer.device());
+    row.plain_activation = plain_activation(config, trainer.micro_batch_rows(), device);
   return row;
 }
 

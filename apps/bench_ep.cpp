@@ -11,7 +11,7 @@
 #include "core/error.hpp"
 #include "ep/load.hpp"
 #include "ep/moe_layer.hpp"
-#include "ep/trainer.hpp"
+#include "ep/run.hpp"
 #include "io/config.hpp"
 #include "median.hpp"
 #include "moe/router.hpp"

@@ -11,10 +11,10 @@
 #include "comm/counting.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "fourd/trainer.hpp"
 #include "io/config.hpp"
 #include "median.hpp"
 #include "tp/model.hpp"
-#include "tp/trainer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -77,17 +77,18 @@ double korthikanti_ratio(const BatchSizes& z, int t, bool sp) {
 /// Bytes the autograd graph holds after one forward of the first micro-batch of the next step:
 /// the CPU allocations still live when forward returns, counted on this rank's thread. Collective
 /// over tp (the forward runs the f/g collectives; every rank runs it, so no backward is needed).
-std::int64_t activation_bytes(const tp::TpTrainer& trainer) {
-  const train::TrainConfig& t = trainer.config().train;
+std::int64_t activation_bytes(const fourd::MeshTrainer& trainer) {
+  const train::Trainer& core = trainer.trainer();
+  const train::TrainConfig& t = core.config().train;
   const std::int64_t rows = trainer.micro_batch_rows();
   data::Batch b =
-      trainer.dataset().batch(data::Split::Train, trainer.step(), t.batch_size, t.seq_len, 0, rows);
-  const Tensor inputs = b.inputs.to(trainer.device()), targets = b.targets.to(trainer.device());
+      core.dataset().batch(data::Split::Train, core.step(), t.batch_size, t.seq_len, 0, rows);
+  const Tensor inputs = b.inputs.to(core.device()), targets = b.targets.to(core.device());
   MemoryCounter counter;
   CountAllocations scope(counter);
   const std::int64_t before = counter.live_bytes();
-  nn::ModelOutput out =
-      trainer.model().forward(inputs, targets, nn::ForwardContext{true, t.seed, trainer.step(), 0});
+  nn::ModelOutput out = trainer.stages().model().forward(
+      inputs, targets, nn::ForwardContext{true, t.seed, core.step(), 0});
   return counter.live_bytes() - before;
 }
 
@@ -95,7 +96,10 @@ std::int64_t activation_bytes(const tp::TpTrainer& trainer) {
 Row measure(comm::Communicator& world, const io::RunConfig& config, bool sp,
             const BenchTpOptions& opt) {
   comm::CountingCommunicator counting(world);
-  tp::TpTrainer trainer(config, counting, nullptr, tp::TpOptions{sp, -1});
+  mesh::ParallelPlan plan; // tp over the whole world: fourd::MeshTrainer, as `train --tp` runs
+  plan.tp = world.size();
+  plan.sequence_parallel = sp;
+  fourd::MeshTrainer trainer(plan, config, counting);
   for (std::int64_t i = 0; i < opt.warmup; ++i) trainer.train_step();
   counting.reset();
   std::vector<double> local, slowest(static_cast<std::size_t>(opt.steps));
@@ -103,7 +107,7 @@ Row measure(comm::Communicator& world, const io::RunConfig& config, bool sp,
   const comm::CommCount block = counting.total("block"), all = counting.total();
   // On the uncounted world: the measurement adds no traffic to the counts.
   world.all_reduce(local.data(), slowest.data(), opt.steps, DType::Float64, comm::ReduceOp::Max);
-  const bool cpu = trainer.device() == Device::cpu();
+  const bool cpu = trainer.trainer().device() == Device::cpu();
   double act = cpu ? static_cast<double>(activation_bytes(trainer)) : 0.0, act_max = 0;
   world.all_reduce(&act, &act_max, 1, DType::Float64, comm::ReduceOp::Max);
 

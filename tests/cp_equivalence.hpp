@@ -10,8 +10,8 @@
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
 #include "cp/ring_attention.hpp"
-#include "cp/trainer.hpp"
 #include "dp_equivalence.hpp"
+#include "fourd/trainer.hpp"
 #include "mesh/mesh.hpp"
 #include "ops/ops.hpp"
 
@@ -75,7 +75,8 @@ struct CpRecord {
   std::vector<std::vector<double>> moe_losses;
 };
 
-/// Steps `trainer` (train::Trainer or cp::CpTrainer) through config.train.steps and records it.
+/// Steps `trainer` (train::Trainer or fourd::MeshTrainer) through config.train.steps and records
+/// it.
 template <typename TrainerT>
 CpRecord record_run(TrainerT& trainer, const nn::ParameterList& params, std::int64_t steps) {
   CpRecord r;
@@ -108,16 +109,21 @@ inline CpRecord cp_reference(io::RunConfig config, int dp) {
   return record_run(trainer, trainer.model().parameters(), config.train.steps);
 }
 
-/// This rank's side of a dp x cp run over `world` (dp x cp ranks, cp innermost): CpTrainer on the
-/// mesh's groups.
+/// The plan of dp x cp ranks, as `train --dp dp --cp cp_size --cp-split split` takes it.
+inline mesh::ParallelPlan cp_plan(int dp, int cp_size, cp::Split split) {
+  mesh::ParallelPlan plan;
+  plan.dp = dp;
+  plan.cp = cp_size;
+  plan.cp_split = cp::split_name(split);
+  return plan;
+}
+
+/// This rank's side of a dp x cp run over `world` (dp x cp ranks, cp innermost): the trainer
+/// every `train --cp` runs (fourd::MeshTrainer).
 inline CpRecord cp_run(comm::Communicator& world, int cp_size, const io::RunConfig& config,
                        cp::Split split) {
-  const int dp = world.size() / cp_size;
-  mesh::Mesh mesh(world, mesh::MeshLayout(mesh::MeshShape{dp, 1, 1, 1, cp_size}));
-  cp::CpTrainer trainer(config, mesh.group(mesh::Axis::Cp),
-                        dp > 1 ? &mesh.group(mesh::Axis::Dp) : nullptr, mesh.group("dp x cp"),
-                        split);
-  return record_run(trainer, trainer.trainer().model().parameters(), config.train.steps);
+  fourd::MeshTrainer trainer(cp_plan(world.size() / cp_size, cp_size, split), config, world);
+  return record_run(trainer, trainer.stages().parameters(), config.train.steps);
 }
 
 /// "" when `got` equals `want` within `tolerance` (the validation loss too), else the first

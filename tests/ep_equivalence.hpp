@@ -17,8 +17,10 @@
 #include "dp_equivalence.hpp"
 
 #include "comm/tensor_comm.hpp"
-#include "ep/trainer.hpp"
-#include "mesh/mesh.hpp"
+#include "ep/capacity.hpp"
+#include "ep/placement.hpp"
+#include "ep/rules.hpp"
+#include "fourd/trainer.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -26,6 +28,25 @@
 #include <vector>
 
 namespace tinyscale::test {
+
+/// How the expert-parallel side is laid out besides D and ep: which experts each rank holds,
+/// what capacity counts, and (false: the negative control) whether the combine uses the gates.
+struct EpOptions {
+  ep::PlacementKind placement = ep::PlacementKind::Contiguous;
+  ep::CapacityScope capacity = ep::CapacityScope::Local;
+  bool use_gates = true;
+};
+
+/// The plan of D data-parallel ranks with ep among them, as `train --dp D --ep ep` takes it.
+inline mesh::ParallelPlan ep_plan(int d, int ep, const EpOptions& options = {}) {
+  mesh::ParallelPlan plan;
+  plan.dp = d;
+  plan.ep = ep;
+  plan.ep_placement =
+      options.placement == ep::PlacementKind::RoundRobin ? "round-robin" : "contiguous";
+  plan.ep_capacity = options.capacity == ep::CapacityScope::Global ? "global" : "local";
+  return plan;
+}
 
 /// A run's record plus its routing counts, per step and MoE layer.
 struct EpRecord {
@@ -91,17 +112,20 @@ inline EpRecord ep_reference_run(io::RunConfig config, int split, const Prepare&
   return r;
 }
 
-/// Collective over `ep`: the single-rank parameter list (names and order of nn::GPT), each
-/// expert's tensor (or gradient, `grads`) taken from the rank that holds it.
-inline std::vector<std::pair<std::string, std::vector<double>>>
-joined(const ep::EpTrainer& trainer, comm::Communicator& ep, bool grads) {
+/// Collective over the ep group: the single-rank parameter list (names and order of nn::GPT),
+/// each expert's tensor (or gradient, `grads`) taken from the rank that holds it.
+inline std::vector<std::pair<std::string, std::vector<double>>> joined(fourd::MeshTrainer& trainer,
+                                                                       bool grads) {
   const io::RunConfig& config = trainer.trainer().config();
+  comm::Communicator& ep = trainer.group(mesh::Axis::Ep);
+  const ep::ExpertPlacement placement(config.model.moe.n_experts, ep.size(),
+                                      ep::parse_placement(trainer.plan().ep_placement));
   const nn::GPT layout(config.model, config.train.seed); // names, shapes and order of one rank
-  const nn::ParameterList& mine = trainer.trainer().model().parameters();
+  const nn::ParameterList& mine = trainer.stages().parameters();
   std::vector<std::pair<std::string, std::vector<double>>> out;
   for (const auto& p : layout.parameters()) {
     const int e = ep::expert_index(p.name);
-    const int owner = e < 0 ? ep.rank() : trainer.placement().owner(e);
+    const int owner = e < 0 ? ep.rank() : placement.owner(e);
     Tensor value = Tensor::zeros(p.tensor.shape(), p.tensor.dtype());
     if (owner == ep.rank()) {
       const Tensor t = nn::find_parameter(mine, p.name).tensor;
@@ -117,28 +141,24 @@ joined(const ep::EpTrainer& trainer, comm::Communicator& ep, bool grads) {
   return out;
 }
 
-/// This rank's side of an expert-parallel run on `mesh` (its "dp x cp x ep", "ep" and
-/// "dp x cp" groups).
-inline EpRecord ep_run(mesh::Mesh& mesh, const io::RunConfig& config, ep::EpOptions options = {},
-                       const Prepare& prepare = {}) {
-  comm::Communicator& ep = mesh.group(mesh::Axis::Ep);
-  ep::EpTrainer trainer(config, mesh.group("dp x cp x ep"), ep, mesh.group("dp x cp"), options);
-  if (prepare) prepare(trainer.trainer().model().parameters());
+/// This rank's side of an expert-parallel run over `world` (its D data-parallel ranks, ep of
+/// them sharing each layer's experts): the trainer every `train --ep` runs (fourd::MeshTrainer).
+inline EpRecord ep_run(comm::Communicator& world, int ep, const io::RunConfig& config,
+                       EpOptions options = {}, const Prepare& prepare = {}) {
+  fourd::NegativeControls controls;
+  controls.use_gates = options.use_gates;
+  fourd::MeshTrainer trainer(ep_plan(world.size(), ep, options), config, world, nullptr, controls);
+  if (prepare) prepare(trainer.stages().parameters());
   EpRecord r;
   for (int s = 0; s < config.train.steps; ++s) {
     const train::StepResult step = trainer.train_step();
     r.run.losses.push_back(step.loss);
     r.run.grad_norms.push_back(step.grad_norm);
     record_routing(r, step);
-    if (s == 0) r.run.first_grads = joined(trainer, ep, true);
+    if (s == 0) r.run.first_grads = joined(trainer, true);
   }
-  r.run.params = joined(trainer, ep, false);
+  r.run.params = joined(trainer, false);
   return r;
-}
-
-/// The mesh of D data-parallel ranks with ep inside: dp axis D / ep, ep axis ep.
-inline mesh::MeshLayout ep_layout(int d, int ep) {
-  return mesh::MeshLayout(mesh::MeshShape{d / ep, 1, 1, ep, 1});
 }
 
 /// "" when `got` equals `want` (routing counts exactly, the rest within `tolerance`).

@@ -14,10 +14,8 @@
 #include "backend/host_traffic.hpp"
 
 #include "dp_equivalence.hpp"
-#include "ep/trainer.hpp"
-#include "fourd/stages.hpp"
-#include "mesh/mesh.hpp"
-#include "pp/trainer.hpp"
+#include "ep/rules.hpp"
+#include "fourd/trainer.hpp"
 #include "tp/sharding.hpp"
 
 #include <map>
@@ -75,34 +73,37 @@ inline std::int64_t dropped_assignments(const train::StepResult& step) {
   return n;
 }
 
-/// This rank's side of a composed run on `world` (dp x tp x pp x cp ranks).
+/// The plan of `l`, as `train` takes it (--dp counts the ep ranks too).
+inline mesh::ParallelPlan fourd_plan(const FourdLayout& l) {
+  mesh::ParallelPlan plan;
+  plan.dp = l.dp;
+  plan.tp = l.tp;
+  plan.pp = l.pp;
+  plan.ep = l.ep;
+  plan.cp = l.cp;
+  plan.zero = l.zero;
+  plan.sequence_parallel = l.sequence_parallel;
+  plan.order = l.order;
+  plan.compose = true;
+  const std::map<pp::ScheduleKind, std::string> names = {
+      {pp::ScheduleKind::GPipe, "gpipe"},
+      {pp::ScheduleKind::OneFOneB, "1f1b"},
+      {pp::ScheduleKind::Interleaved, "interleaved"},
+      {pp::ScheduleKind::ZeroBubbleH1, "zb-h1"}};
+  plan.schedule = names.at(l.schedule);
+  plan.chunks = l.chunks;
+  plan.ep_capacity = l.capacity == ep::CapacityScope::Global ? "global" : "local";
+  plan.cp_split = cp::split_name(l.cp_split);
+  return plan;
+}
+
+/// This rank's side of a composed run on `world` (dp x tp x pp x cp ranks): the trainer every
+/// layout that splits the model runs (fourd::MeshTrainer).
 inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& config,
                              const FourdLayout& l) {
-  const mesh::MeshLayout layout(mesh::MeshShape{l.dp / l.ep, l.tp, l.pp, l.ep, l.cp}, l.order);
-  std::vector<mesh::AxisSet> extra;
-  if (l.cp > 1) extra.push_back(mesh::parse_axis_set("dp x ep")); // the rows' replicas
-  mesh::Mesh mesh(world, layout, extra);
-  fourd::MeshAxes axes;
-  axes.tp = &mesh.group(mesh::Axis::Tp);
-  axes.sequence_parallel = l.sequence_parallel;
-  if (l.ep > 1) {
-    axes.ep = &mesh.group(mesh::Axis::Ep);
-    axes.expert_data_parallel = &mesh.group("dp x cp");
-    axes.dp = &mesh.group(mesh::Axis::Dp);
-    axes.capacity = l.capacity;
-    axes.experts_over_dense_group = l.experts_over_dense_group;
-  }
-  pp::PipelineOptions options;
-  options.schedule = l.schedule;
-  options.chunks = l.chunks;
-  options.zero = l.zero;
-  if (l.cp > 1) {
-    axes.cp = &mesh.group(mesh::Axis::Cp);
-    axes.cp_split = l.cp_split;
-    options.row_replicas = &mesh.group("dp x ep");
-  }
-  pp::PipelineTrainer trainer(config, mesh.group(mesh::Axis::Pp), options, nullptr,
-                              &mesh.group("dp x cp x ep"), fourd::mesh_stages(config, axes));
+  fourd::NegativeControls controls;
+  controls.experts_over_dense_group = l.experts_over_dense_group;
+  fourd::MeshTrainer trainer(fourd_plan(l), config, world, nullptr, controls);
   FourdRecord r;
   HostTraffic traffic;
   for (int s = 0; s < config.train.steps; ++s) {
@@ -113,10 +114,10 @@ inline FourdRecord fourd_run(comm::Communicator& world, const io::RunConfig& con
     r.grad_norms.push_back(step.grad_norm);
     r.dropped.push_back(dropped_assignments(step));
   }
-  for (const nn::NamedParameter* p : trainer.owned_parameters())
+  for (const nn::NamedParameter* p : trainer.pipeline().owned_parameters())
     r.owned.emplace_back(p->name, p->tensor.to_vector());
-  r.tp_rank = axes.tp->rank();
-  r.tp = axes.tp->size();
+  r.tp_rank = trainer.group(mesh::Axis::Tp).rank();
+  r.tp = trainer.group(mesh::Axis::Tp).size();
   r.last_step_traffic = traffic.sites();
   return r;
 }

@@ -44,6 +44,9 @@ struct StepTrafficShape {
   bool moe = false;                 ///< MoE layers: aux and z losses, and the router's transfers
   std::int64_t norms = 1;           ///< norm reads: 2 under --ep (the dense and the experts' part)
   bool vocab_parallel = false;      ///< --tp: the vocab-parallel rows' transfers (lib/tp/)
+  /// The pipeline executor's step (fourd::MeshTrainer, every layout that splits the model): per
+  /// micro-batch only the loss (and aux and z), no share; one norm read.
+  bool pipeline = false;
   /// The communicators read only device memory (TINYSCALE_COMM_DEVICE_ONLY): staged statistics.
   bool staged_statistics = comm::default_comm_options().device_only.has_value();
 };
@@ -92,8 +95,9 @@ inline std::string step_traffic_problem(const HostTraffic& traffic, const StepTr
   const std::int64_t e = static_cast<std::int64_t>(s.element_bytes);
   const std::int64_t want_up = 2 * s.micro_batches,
                      want_up_bytes = want_up * s.rows * s.seq_len * 8;
-  // loss, lm_loss (, the share) (, aux and z)
-  const std::int64_t per_micro_batch = 2 + (s.data_parallel ? 1 : 0) + (s.moe ? 2 : 0);
+  // loss, lm_loss (, the share) (, aux and z); the pipeline's step: the loss (, aux and z)
+  const std::int64_t per_micro_batch =
+      (s.pipeline ? 1 : 2 + (s.data_parallel ? 1 : 0)) + (s.moe ? 2 : 0);
   const std::int64_t want_down = per_micro_batch * s.micro_batches + s.norms + s.buckets;
   const std::int64_t want_down_bytes =
       per_micro_batch * s.micro_batches * e + 8 * s.norms + s.bucketed_params * e;

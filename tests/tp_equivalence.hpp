@@ -19,8 +19,8 @@
 #include "dp_equivalence.hpp"
 
 #include "comm/tensor_comm.hpp"
+#include "fourd/trainer.hpp"
 #include "tp/sharding.hpp"
-#include "tp/trainer.hpp"
 
 namespace tinyscale::test {
 
@@ -51,19 +51,35 @@ inline void record_joined_grads(RunRecord& r, comm::Communicator& tp,
   }
 }
 
-/// This rank's side of the tensor-parallel run: every rank ends with the whole model's record
-/// (the shards joined over `tp`).
-inline RunRecord tp_run(comm::Communicator& tp, comm::Communicator* dp, const io::RunConfig& config,
-                        tp::TpOptions options = {}) {
-  tp::TpTrainer trainer(config, tp, dp, options);
+/// How the tensor-parallel side is laid out: tp (its size the world's / dp), with or without
+/// sequence parallelism; identity_g_layer >= 0 is the negative control.
+struct TpLayout {
+  bool sequence_parallel = false;
+  int identity_g_layer = -1;
+};
+
+/// This rank's side of the tensor-parallel run over `world` (dp x tp ranks, tp innermost): the
+/// trainer every `train --tp` runs (fourd::MeshTrainer). Every rank ends with the whole model's
+/// record (the shards joined over tp).
+inline RunRecord tp_run(comm::Communicator& world, int dp, const io::RunConfig& config,
+                        TpLayout layout = {}) {
+  mesh::ParallelPlan plan;
+  plan.dp = dp;
+  plan.tp = world.size() / dp;
+  plan.sequence_parallel = layout.sequence_parallel;
+  fourd::NegativeControls controls;
+  controls.identity_g_layer = layout.identity_g_layer;
+  fourd::MeshTrainer trainer(plan, config, world, nullptr, controls);
+  comm::Communicator& tp = trainer.group(mesh::Axis::Tp);
+  const nn::ParameterList& params = trainer.stages().model().parameters();
   RunRecord r;
   for (int s = 0; s < config.train.steps; ++s) {
     const train::StepResult step = trainer.train_step();
     r.losses.push_back(step.loss);
     r.grad_norms.push_back(step.grad_norm);
-    if (s == 0) record_joined_grads(r, tp, trainer.model().parameters());
+    if (s == 0) record_joined_grads(r, tp, params);
   }
-  record_joined_params(r, tp, trainer.model().parameters());
+  record_joined_params(r, tp, params);
   return r;
 }
 

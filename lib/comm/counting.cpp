@@ -4,9 +4,12 @@ namespace tinyscale::comm {
 
 CountingCommunicator::CountingCommunicator(Communicator& inner) : inner_(&inner) {}
 
+CountingCommunicator::CountingCommunicator(std::unique_ptr<Communicator> inner, CommCounts* sink)
+    : owned_(std::move(inner)), inner_(owned_.get()), sink_(sink) {}
+
 void CountingCommunicator::count(const char* op, std::int64_t elements, DType dtype,
                                  double wire_factor) {
-  CommCount& c = counts_[{region_, op}];
+  CommCount& c = (*sink_)[{region_, op}];
   const std::int64_t bytes = elements * static_cast<std::int64_t>(dtype_size(dtype));
   c.calls += 1;
   c.payload_bytes += bytes;
@@ -15,7 +18,7 @@ void CountingCommunicator::count(const char* op, std::int64_t elements, DType dt
 
 CommCount CountingCommunicator::total(const std::string& region_filter) const {
   CommCount sum;
-  for (const auto& [key, c] : counts_) {
+  for (const auto& [key, c] : *sink_) {
     if (!region_filter.empty() && key.first != region_filter) continue;
     sum.calls += c.calls;
     sum.payload_bytes += c.payload_bytes;
@@ -67,7 +70,7 @@ void CountingCommunicator::all_to_all_v(const void* send,
     if (static_cast<int>(j) != rank()) to_others += send_counts[j];
   }
   // The wire carries exactly what goes to other ranks.
-  CommCount& c = counts_[{region_, "all_to_all_v"}];
+  CommCount& c = (*sink_)[{region_, "all_to_all_v"}];
   const auto size = static_cast<std::int64_t>(dtype_size(dtype));
   c.calls += 1;
   c.payload_bytes += all * size;
@@ -119,7 +122,9 @@ WorkHandle CountingCommunicator::all_gather_async(const void* send, void* recv,
 
 std::unique_ptr<Communicator> CountingCommunicator::split(int color, int key,
                                                           const std::string& name) {
-  return inner_->split(color, key, name);
+  std::unique_ptr<Communicator> group = inner_->split(color, key, name);
+  if (group == nullptr || group->size() == 1) return group;
+  return std::unique_ptr<CountingCommunicator>(new CountingCommunicator(std::move(group), sink_));
 }
 
 CountingRegion::CountingRegion(Communicator& comm, std::string region)

@@ -39,12 +39,12 @@ public:
   /// `inner` must outlive this object. Counting starts in region "other".
   explicit CountingCommunicator(Communicator& inner);
 
-  /// The counts since construction or the last reset().
-  const CommCounts& counts() const { return counts_; }
+  /// The counts since construction or the last reset() (a sub-group's: its root's).
+  const CommCounts& counts() const { return *sink_; }
   /// The sum of the counts of every region for which `region_filter` is empty or equal.
   CommCount total(const std::string& region_filter = "") const;
   /// Forgets every count (the region stays).
-  void reset() { counts_.clear(); }
+  void reset() { sink_->clear(); }
   /// The region the next calls are counted under.
   const std::string& region() const { return region_; }
   void set_region(std::string region) { region_ = std::move(region); }
@@ -78,15 +78,20 @@ public:
                                   DType dtype, ReduceOp op) override;
   WorkHandle all_gather_async(const void* send, void* recv, std::int64_t send_count,
                               DType dtype) override;
-  /// Splits `inner` (the sub-group is not counted).
+  /// Splits `inner`; a sub-group of two or more ranks counts into this one's counts (under its
+  /// own region), so a mesh built on a counting world counts every group's traffic. A sub-group
+  /// of one rank moves nothing and counts nothing.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
 private:
+  CountingCommunicator(std::unique_ptr<Communicator> inner, CommCounts* sink);
   void count(const char* op, std::int64_t elements, DType dtype, double wire_factor);
 
+  std::unique_ptr<Communicator> owned_; // a sub-group's split of the root's inner
   Communicator* inner_;
   std::string region_ = "other";
   CommCounts counts_;
+  CommCounts* sink_ = &counts_; // where counts go: counts_, or the root's for a sub-group
 };
 
 /// Sets the region of `comm` for the lifetime of the scope when `comm` is a CountingCommunicator,

@@ -74,34 +74,40 @@ std::vector<std::int64_t> CpSequenceGroup::gather_tokens(const std::vector<std::
 
 Tensor CpSequenceGroup::sum(const Tensor& partial) const { return sum_over(*cp_, partial); }
 
-CpGPT::CpGPT(const nn::ModelConfig& config, std::uint64_t seed, comm::Communicator& cp, Split split,
-             std::int64_t seq_len, metrics::TraceRecorder* trace)
-    : gpt_(config, seed), cp_(&cp), split_(split), ring_(cp, split, trace),
+ContextParallel::ContextParallel(comm::Communicator& cp, Split split, std::int64_t seq_len,
+                                 metrics::TraceRecorder* trace)
+    : cp_(&cp), split_(split), ring_(cp, split, trace),
       chunks_(sequence_chunks(cp.rank(), cp.size(), split, seq_len)),
       sequence_(cp, split, seq_len) {}
 
-Tensor CpGPT::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
+Tensor ContextParallel::embed(const Embed& inner, const Tensor& ids,
+                              const nn::ForwardContext& ctx) const {
   TS_CHECK(ids.rank() == 2 && ids.size(1) == chunks_.seq_len,
            "context parallelism: expected whole rows of token ids [B, ", chunks_.seq_len,
            "], found ", ids.shape().str());
+  return inner(shard_sequence(ids, 1, cp_->rank(), cp_->size(), split_), context(ctx, false));
+}
+
+nn::FeedForwardOutput ContextParallel::block(const Block& inner, const Tensor& x,
+                                             const nn::ForwardContext& ctx) const {
+  comm::CountingRegion region(*cp_, "block"); // the ring's traffic (bench cp)
+  return inner(x, context(ctx, true));
+}
+
+// This rank's positions' mean, times their count, summed over cp, over the whole rows.
+Tensor ContextParallel::loss(const Loss& inner, const Tensor& x, const Tensor& targets) const {
+  const Tensor mine = shard_sequence(targets, 1, cp_->rank(), cp_->size(), split_);
+  return whole_rows_mean(*cp_, inner(x, mine) * static_cast<double>(mine.numel()), targets.numel());
+}
+
+nn::ForwardContext ContextParallel::context(const nn::ForwardContext& ctx, bool blocks) const {
   nn::ForwardContext here = ctx;
   here.chunks = &chunks_; // wpe rows and dropout masks at this rank's positions
-  return gpt_.embed(shard_sequence(ids, 1, cp_->rank(), cp_->size(), split_), here);
-}
-
-nn::FeedForwardOutput CpGPT::block(int layer, const Tensor& x,
-                                   const nn::ForwardContext& ctx) const {
-  nn::ForwardContext here = ctx;
-  here.attention = &ring_;
-  here.chunks = &chunks_;
-  here.sequence = &sequence_;
-  comm::CountingRegion region(*cp_, "block");
-  return gpt_.block(layer, x, here);
-}
-
-Tensor CpGPT::lm_loss(const Tensor& logits, const Tensor& targets) const {
-  const Tensor mine = shard_sequence(targets, 1, cp_->rank(), cp_->size(), split_);
-  return whole_rows_mean(*cp_, cross_entropy(logits, mine, -100, Reduction::Sum), targets.numel());
+  if (blocks) {
+    here.attention = &ring_;
+    here.sequence = &sequence_;
+  }
+  return here;
 }
 
 } // namespace tinyscale::cp

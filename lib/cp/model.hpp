@@ -1,4 +1,4 @@
-// Context parallelism's model: chapter 02's GPT with every sequence cut over the ranks of a cp
+// Context parallelism's part of a model (chapter 14): every sequence cut over the ranks of a cp
 // group. Each rank holds the whole model and, of every row of a micro-batch, only its positions
 // (cp::chunks_of); attention is the ring (ring_attention.hpp), the only layer that needs the
 // other positions; embeddings, LayerNorm, the MLP and the head work position by position. The
@@ -10,8 +10,8 @@
 
 #include "comm/communicator.hpp"
 #include "cp/ring_attention.hpp"
-#include "nn/gpt.hpp"
-#include "nn/model.hpp"
+#include "nn/context.hpp"
+#include "train/axis.hpp"
 
 #include <memory>
 
@@ -28,7 +28,7 @@ nn::SequenceChunks sequence_chunks(int rank, int size, Split split, std::int64_t
 Tensor whole_rows_mean(comm::Communicator& cp, const Tensor& local_sum, std::int64_t tokens);
 
 /// A cp group as the sequence group MoE routers pool over (nn::SequenceGroup): rank r holds
-/// chunks_of(r) of every row of seq_len positions. Used by CpGPT and the composed runs' stages.
+/// chunks_of(r) of every row of seq_len positions. Used by ContextParallel.
 class CpSequenceGroup final : public nn::SequenceGroup {
 public:
   /// `cp` must outlive the group; seq_len must cut into the split's chunks.
@@ -69,38 +69,37 @@ private:
   mutable RingWork work_;
 };
 
-/// GPT over a cp group: this rank's positions of every sequence of train.seq_len positions. A MoE
-/// layer's router pools its decision over the group (CpSequenceGroup), so capacity, the balancing
-/// and z losses and the layer's statistics are the whole rows', as one rank's.
-class CpGPT final : public nn::Model {
+/// What context parallelism adds to a step, as one axis of the mesh (train::Axis): every
+/// sequence cut over the cp group. The embeddings see this rank's positions of the ids (wpe rows
+/// and dropout masks at its chunks); the blocks' attention is the ring and their MoE routers pool
+/// over cp; the loss is the whole rows' mean on every rank. Gradients need nothing more: the cp
+/// ranks hold the same parameters, so the run's data-parallel group spans cp.
+class ContextParallel final : public train::Axis {
 public:
-  /// `cp` (and `trace`, optional: the ring's events) must outlive the model; seq_len must cut
-  /// into chunk_count(cp.size(), split) chunks.
-  CpGPT(const nn::ModelConfig& config, std::uint64_t seed, comm::Communicator& cp, Split split,
-        std::int64_t seq_len, metrics::TraceRecorder* trace = nullptr);
+  /// `cp` (and `trace`, optional: the ring's steps and transfers) must outlive this.
+  ContextParallel(comm::Communicator& cp, Split split, std::int64_t seq_len,
+                  metrics::TraceRecorder* trace = nullptr);
 
-  const nn::ModelConfig& config() const override { return gpt_.config(); }
-  const nn::ParameterList& parameters() const override { return gpt_.parameters(); }
-  /// ids [B, seq_len] (the whole rows) -> this rank's positions of the residual stream
-  /// [B, T_local, C]: the ids cut first, then embedded with wpe rows and dropout masks at this
-  /// rank's positions (so each rank embeds only its own).
-  Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const override;
-  /// GPT's block with the ring as its attention and dropout at this rank's positions. The ring's
-  /// messages count under region "block" (comm/counting.hpp).
-  nn::FeedForwardOutput block(int layer, const Tensor& x,
+  /// Whole rows of token ids [B, seq_len] -> `inner` on this rank's positions of them.
+  Tensor embed(const Embed& inner, const Tensor& ids, const nn::ForwardContext& ctx) const override;
+  /// `inner` with the ring as the attention, this rank's chunks and the cp group as the routers'
+  /// pool; its traffic counted as region "block".
+  nn::FeedForwardOutput block(const Block& inner, const Tensor& x,
                               const nn::ForwardContext& ctx) const override;
-  Tensor head(const Tensor& x) const override { return gpt_.head(x); }
-  /// Collective over cp: the mean cross-entropy of the whole rows, the same on every rank, from
-  /// this rank's logits [B, T_local, V] and the whole rows' targets [B, seq_len]. Every target
-  /// counts (the training and validation data have no padding).
-  Tensor lm_loss(const Tensor& logits, const Tensor& targets) const override;
-  /// The ring's attention work on this rank (`bench cp`).
+  /// Collective over cp: the whole rows' mean cross-entropy from `inner`'s mean over this rank's
+  /// positions of `targets` (whole rows).
+  Tensor loss(const Loss& inner, const Tensor& x, const Tensor& targets) const override;
+  /// seq_len / cp positions of a row per rank.
+  std::int64_t positions(std::int64_t seq_len) const override { return seq_len / cp_->size(); }
+
+  /// `ctx` with this rank's chunks; with `blocks`, also the ring as the attention and the cp
+  /// group as the MoE routers' pool.
+  nn::ForwardContext context(const nn::ForwardContext& ctx, bool blocks) const;
+  comm::Communicator& group() const { return *cp_; }
   const RingAttentionCore& ring() const { return ring_; }
-  /// The positions of each row this rank holds.
   const nn::SequenceChunks& chunks() const { return chunks_; }
 
 private:
-  nn::GPT gpt_;
   comm::Communicator* cp_;
   Split split_;
   RingAttentionCore ring_;

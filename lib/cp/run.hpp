@@ -1,23 +1,22 @@
-// The context-parallel run as a train::RankRun: what `tinyscale train --cp N [--dp M]` runs.
+// What the context-parallel run prints about its layout (chapter 14). `tinyscale train --cp N
+// [--dp M]` runs fourd::MeshTrainer, the trainer of every layout that splits the model; these
+// are its line before the first step and, with --trace, the ring's overlap.
 #pragma once
 
 #include "comm/communicator.hpp"
 #include "mesh/plan.hpp"
 #include "metrics/trace.hpp"
-#include "train/run.hpp"
+#include "train/config.hpp"
 
-#include <memory>
+#include <cstdint>
 #include <string>
 
 namespace tinyscale::cp {
 
-/// Collective over `world` (dp x cp ranks, cp innermost as the mesh order puts it): a CpTrainer
-/// on the mesh's cp, dp and dp x cp groups. A non-empty `trace_path` records a Chrome trace
-/// (forward, backward, gradient all-reduces, and the ring's steps and transfers).
-std::unique_ptr<train::RankRun> make_context_parallel_run(const mesh::ParallelPlan& plan,
-                                                          const io::RunConfig& config,
-                                                          comm::Communicator& world,
-                                                          const std::string& trace_path = "");
+/// The line before the first step: cp with its split and chunk length x dp, the backend, the
+/// micro-batches and the rows of each per dp rank.
+std::string describe_run(const mesh::ParallelPlan& plan, const char* backend,
+                         const train::TrainConfig& train, std::int64_t micro_batch_rows);
 
 /// Collective over `world`: writes every rank's events of `trace` to `path` (rank 0) and prints,
 /// on rank 0, the share of the ring's transfers hidden behind its attention

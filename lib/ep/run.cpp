@@ -1,7 +1,7 @@
 #include "ep/run.hpp"
 
-#include "ep/trainer.hpp"
-#include "mesh/mesh.hpp"
+#include "comm/tensor_comm.hpp"
+#include "train/run.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -55,75 +55,87 @@ void print_load(const std::vector<std::vector<EpLayerLoad>>& ranks) {
   }
 }
 
-class ExpertParallelRun final : public train::TrainerRun<EpTrainer> {
-public:
-  // The mesh's dp axis is the expert-data-parallel size dp / ep.
-  ExpertParallelRun(const mesh::ParallelPlan& plan, const io::RunConfig& config,
-                    comm::Communicator& world)
-      : plan_(plan), world_(&world), mesh_(world, plan.mesh_layout()),
-        dense_(&mesh_.group("dp x cp x ep")) {
-    trainer_ = std::make_unique<EpTrainer>(config, *dense_, mesh_.group(mesh::Axis::Ep),
-                                           mesh_.group("dp x cp"),
-                                           EpOptions{parse_placement(plan.ep_placement),
-                                                     parse_capacity_scope(plan.ep_capacity), true});
-  }
-
-  train::StepResult train_step() override {
-    train::StepResult r = trainer_->train_step();
-    loads_ = all_gather_load(*dense_, trainer_->load());
-    return r;
-  }
-
-  std::string describe() const override {
-    return train::formatted(
-        "expert parallel: ep %d inside dp %d (expert-data-parallel size %d, %s) | %lld "
-        "micro-batches of %lld rows per rank\nexperts: %s | capacity: %s (%s)",
-        plan_.ep, plan_.dp, plan_.dp / plan_.ep, world_->backend(),
-        static_cast<long long>(core().config().train.micro_batches),
-        static_cast<long long>(trainer_->micro_batch_rows()),
-        trainer_->placement().describe().c_str(), plan_.ep_capacity.c_str(),
-        plan_.ep_capacity == "local" ? "each rank's micro-batch"
-                                     : "the ep group's micro-batches together");
-  }
-
-  void annotate(const train::StepResult& r, nlohmann::json& line,
-                std::string& text) const override {
-    std::int64_t bytes = 0;
-    nlohmann::json ranks = nlohmann::json::array();
-    for (const auto& rank : loads_) { // bytes: the busiest rank's, over all its MoE layers
-      nlohmann::json layers = nlohmann::json::array();
-      std::int64_t sent = 0;
-      for (const auto& l : rank) {
-        sent += l.bytes_sent;
-        layers.push_back(nlohmann::json::parse(to_json(l)));
-      }
-      bytes = std::max(bytes, sent);
-      ranks.push_back(layers);
-    }
-    const double worst = worst_imbalance(r.moe);
-    line["ep"] = {{"ep", plan_.ep}, {"imbalance", worst}, {"ranks", ranks}};
-    text += train::formatted(" | imbalance %.2f | a2a %.1f KiB/rank", worst,
-                             static_cast<double>(bytes) / 1024.0);
-  }
-
-  void finish() override {
-    if (world_->rank() == 0 && !loads_.empty()) print_load(loads_);
-  }
-
-private:
-  mesh::ParallelPlan plan_;
-  comm::Communicator* world_;
-  mesh::Mesh mesh_;
-  comm::Communicator* dense_;
-  std::vector<std::vector<EpLayerLoad>> loads_; // every rank's, gathered after each step
-};
-
 } // namespace
 
-std::unique_ptr<train::RankRun> make_expert_parallel_run(const mesh::ParallelPlan& plan,
-                                                         const io::RunConfig& config,
-                                                         comm::Communicator& world) {
-  return std::make_unique<ExpertParallelRun>(plan, config, world);
+std::string describe_run(const mesh::ParallelPlan& plan, const char* backend,
+                         std::int64_t micro_batches, std::int64_t micro_batch_rows,
+                         const ExpertPlacement& placement) {
+  return train::formatted(
+      "expert parallel: ep %d inside dp %d (expert-data-parallel size %d, %s) | %lld "
+      "micro-batches of %lld rows per rank\nexperts: %s | capacity: %s (%s)",
+      plan.ep, plan.dp, plan.dp / plan.ep, backend, static_cast<long long>(micro_batches),
+      static_cast<long long>(micro_batch_rows), placement.describe().c_str(),
+      plan.ep_capacity.c_str(),
+      plan.ep_capacity == "local" ? "each rank's micro-batch"
+                                  : "the ep group's micro-batches together");
+}
+
+void LoadReport::gather(comm::Communicator& group, const std::vector<EpLayerLoad>& mine) {
+  ranks_ = all_gather_load(group, mine);
+}
+
+void LoadReport::annotate(int ep, const train::StepResult& r, nlohmann::json& line,
+                          std::string& text) const {
+  std::int64_t bytes = 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& rank : ranks_) { // bytes: the busiest rank's, over all its MoE layers
+    nlohmann::json layers = nlohmann::json::array();
+    std::int64_t sent = 0;
+    for (const auto& l : rank) {
+      sent += l.bytes_sent;
+      layers.push_back(nlohmann::json::parse(to_json(l)));
+    }
+    bytes = std::max(bytes, sent);
+    ranks.push_back(layers);
+  }
+  const double worst = worst_imbalance(r.moe);
+  line["ep"] = {{"ep", ep}, {"imbalance", worst}, {"ranks", ranks}};
+  text += train::formatted(" | imbalance %.2f | a2a %.1f KiB/rank", worst,
+                           static_cast<double>(bytes) / 1024.0);
+}
+
+void LoadReport::print() const {
+  if (!ranks_.empty()) print_load(ranks_);
+}
+
+std::vector<std::vector<EpLayerLoad>> all_gather_load(comm::Communicator& group,
+                                                      const std::vector<EpLayerLoad>& mine) {
+  // Flatten to doubles (counts are exact up to 2^53): per layer the vectors, then the scalars.
+  std::vector<double> flat;
+  for (const auto& l : mine) {
+    for (auto v : l.expert_rows) flat.push_back(static_cast<double>(v));
+    for (auto v : l.tokens_per_expert) flat.push_back(static_cast<double>(v));
+    for (auto v : l.rows_sent) flat.push_back(static_cast<double>(v));
+    for (auto v : l.rows_received) flat.push_back(static_cast<double>(v));
+    for (int e : l.experts) flat.push_back(e);
+    flat.insert(flat.end(),
+                {static_cast<double>(l.layer), static_cast<double>(l.ep_rank),
+                 static_cast<double>(l.assignments), static_cast<double>(l.dropped),
+                 static_cast<double>(l.bytes_sent), static_cast<double>(l.bytes_received),
+                 l.dispatch_seconds, l.compute_seconds, l.combine_seconds, l.backward_seconds});
+  }
+  const auto n = static_cast<std::int64_t>(flat.size());
+  const Tensor all = comm::all_gather(group, Tensor::from_vector(flat, Shape({n}), DType::Float64));
+  const std::vector<double> v = all.to_vector();
+  std::vector<std::vector<EpLayerLoad>> out(static_cast<std::size_t>(group.size()), mine);
+  std::size_t i = 0;
+  for (auto& rank : out)
+    for (auto& l : rank) {
+      for (auto& x : l.expert_rows) x = static_cast<std::int64_t>(v[i++]);
+      for (auto& x : l.tokens_per_expert) x = static_cast<std::int64_t>(v[i++]);
+      for (auto& x : l.rows_sent) x = static_cast<std::int64_t>(v[i++]);
+      for (auto& x : l.rows_received) x = static_cast<std::int64_t>(v[i++]);
+      for (auto& e : l.experts) e = static_cast<int>(v[i++]);
+      l.layer = static_cast<int>(v[i++]);
+      l.ep_rank = static_cast<int>(v[i++]);
+      l.assignments = static_cast<std::int64_t>(v[i++]);
+      l.dropped = static_cast<std::int64_t>(v[i++]);
+      l.bytes_sent = static_cast<std::int64_t>(v[i++]);
+      l.bytes_received = static_cast<std::int64_t>(v[i++]);
+      l.dispatch_seconds = v[i++], l.compute_seconds = v[i++], l.combine_seconds = v[i++];
+      l.backward_seconds = v[i++];
+    }
+  return out;
 }
 
 } // namespace tinyscale::ep

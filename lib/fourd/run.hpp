@@ -1,6 +1,6 @@
-// A composed run (chapter 10) as a train::RankRun, and the one place that turns any parallel plan
-// into a run: check_plan validates it against the model (every axis' rules, each kept in its own
-// chapter's folder), make_run builds this rank's part of it.
+// A run that splits the model (chapters 05, 08, 10, 14) as a train::RankRun, and the one place that
+// turns any parallel plan into a run: check_plan validates it against the model (every axis' rules,
+// each kept in its own chapter's folder), make_run builds this rank's part of it.
 #pragma once
 
 #include "comm/communicator.hpp"
@@ -22,21 +22,24 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                 const std::string& trace_path = "");
 
 /// Collective over `world`, whose size is plan.threads_world() on threads (or the mpirun world):
-/// this rank's run of `plan`. One axis runs its chapter's trainer; no axis, a data-parallel run
-/// over `world` (one rank included: `tinyscale train` runs a lone rank on chapter 02's Trainer
-/// without this, train::make_single_rank_run); several axes, an explicit order or a topology
-/// compose on one mesh (chapter 10). `trace_path` records a Chrome trace (data-parallel, pipeline,
+/// this rank's run of `plan`. Any layout with tp, ep or cp, several axes, an explicit order or a
+/// topology runs MeshTrainer (make_mesh_run); pp alone chapter 06's executor on one rank's
+/// GPT; ZeRO alone chapter 07's trainer; no axis, a data-parallel run over `world` (one rank
+/// included: `tinyscale train` runs a lone rank on chapter 02's Trainer without this,
+/// train::make_single_rank_run). `trace_path` records a Chrome trace (data-parallel, pipeline,
 /// context-parallel and composed runs).
 std::unique_ptr<train::RankRun> make_run(const mesh::ParallelPlan& plan,
                                          const io::RunConfig& config, comm::Communicator& world,
                                          const std::string& trace_path = "");
 
-/// Collective over `world` (dp x tp x pp x cp ranks): dp x tp x pp x ep x cp on one mesh in
-/// plan.order, ZeRO-1 optional; each step line adds rank 0's AdamW state, finish() prints what
-/// every rank trains and holds (and writes the trace).
-std::unique_ptr<train::RankRun> make_composed_run(const mesh::ParallelPlan& plan,
-                                                  const io::RunConfig& config,
-                                                  comm::Communicator& world,
-                                                  const std::string& trace_path);
+/// Collective over `world` (dp x tp x pp x cp ranks): MeshTrainer over dp x tp x pp x ep x cp
+/// on one mesh in plan.order, ZeRO-1 optional. With tp, ep or cp alone it prints what their
+/// chapters show (05, 08 with every rank's load, 14 with the ring's overlap); otherwise each
+/// step line adds rank 0's AdamW state and finish() prints what every rank trains and holds.
+/// Both write the trace.
+std::unique_ptr<train::RankRun> make_mesh_run(const mesh::ParallelPlan& plan,
+                                              const io::RunConfig& config,
+                                              comm::Communicator& world,
+                                              const std::string& trace_path);
 
 } // namespace tinyscale::fourd

@@ -1,26 +1,25 @@
-// The model of a composed run (chapter 10): chapter 05's TpGPT whose MoE layers are chapter 08's,
-// each expert split over tp, cut into stages by chapter 06's executor. The easy thing to get
-// wrong: the norm. A tp-replicated parameter (LayerNorm, wpe, router, row-parallel bias) counts
-// on one tp rank, a dense one on one ep rank (unless ZeRO-1 sliced it), shards and experts on
-// every rank; and experts' gradients are summed over dp x cp, not dp x cp x ep. With context
-// parallelism (chapter 14) each rank holds its chunks of every row, as cp::CpGPT does, and the
-// routers pool their decisions over the cp group.
+// The model of every layout that splits the model (chapter 10): chapter 05's TpGPT whose MoE
+// layers are chapter 08's, each expert split over tp, cut into stages by chapter 06's executor,
+// and the composition of its axes. Each axis says once, in its own folder, what it adds to a step
+// (train::Axis: tp/axis.hpp, ep/axis.hpp, cp/model.hpp); this class only folds over them: a
+// forward wrapped by every axis, each axis' sums inside a stage, the group an axis names for a
+// parameter's gradient, a parameter counted in the norm when every axis counts it, the norm's
+// squares summed over every axis' group. The easy thing to get wrong: the order of the groups in
+// collectives must be the same on every rank, so the axes are always tp, ep, cp, then any more.
 #pragma once
 
 #include "comm/communicator.hpp"
 #include "cp/model.hpp"
-#include "ep/capacity.hpp"
-#include "ep/load.hpp"
-#include "ep/placement.hpp"
-#include "ep/shard_map.hpp"
+#include "ep/axis.hpp"
 #include "io/config.hpp"
 #include "pp/stage_model.hpp"
 #include "pp/trainer.hpp"
+#include "tp/axis.hpp"
 #include "tp/model.hpp"
-#include "tp/sharding.hpp"
+#include "train/axis.hpp"
 
+#include <functional>
 #include <memory>
-#include <optional>
 #include <vector>
 
 namespace tinyscale::fourd {
@@ -32,19 +31,19 @@ struct MeshAxes {
   comm::Communicator* ep = nullptr; ///< the ep group (null: no expert parallelism)
   /// The ranks holding the same experts (the mesh's "dp x cp"); with ep only.
   comm::Communicator* expert_data_parallel = nullptr;
-  /// The dp group, whose rank picks an ep group's rows (null: expert_data_parallel's rank, the
-  /// same without cp).
+  /// The dp group, whose rank picks an ep group's rows; with ep only.
   comm::Communicator* dp = nullptr;
-  ep::PlacementKind placement = ep::PlacementKind::Contiguous;
-  ep::CapacityScope capacity = ep::CapacityScope::Local;
-  /// For tests only: sum the experts' gradients over the pipeline's data-parallel group
-  /// (dp x cp x ep) like every other gradient, the mistake of the negative control.
-  bool experts_over_dense_group = false;
+  ep::EpAxisOptions expert; ///< with ep: placement, capacity and the negative controls
+  /// For tests only: the attention g of this layer replaced by the identity (-1: none).
+  int identity_g_layer = -1;
   /// The cp group (null: no context parallelism, chapter 14): every sequence cut over it, the
   /// ring as each block's attention (over this rank's tp heads), the loss summed over it.
   comm::Communicator* cp = nullptr;
   cp::Split cp_split = cp::Split::LoadBalanced;
   metrics::TraceRecorder* trace = nullptr; ///< with cp: records the ring (optional)
+  /// More axes after tp, ep and cp, built once per model (a new axis before it has a flag of
+  /// its own: docs/architecture.md, "Adding an axis").
+  std::function<std::vector<std::unique_ptr<train::Axis>>()> more;
 };
 
 using ep::is_expert_parameter; // chapter 08's: h.N.mlp.experts.e.*
@@ -63,8 +62,6 @@ public:
                               const nn::ForwardContext& ctx) const override;
   Tensor loss(const Tensor& x, const Tensor& targets) const override;
   std::int64_t positions(std::int64_t seq_len) const override;
-  /// With ep: chapter 08's rows, so that one micro-batch of an ep group is one micro-batch of
-  /// one rank with ep x rows rows (what global capacity pools).
   std::int64_t first_row(int micro_batch, std::int64_t rows, int micro_batches,
                          int data_parallel_rank) const override;
   void reduce_within_stage(const std::vector<const nn::NamedParameter*>& owned) override;
@@ -83,16 +80,18 @@ public:
   void barrier() override;
 
   const tp::TpGPT& model() const { return model_; }
+  /// With ep: this rank's load of each of its MoE layers since reset_load (chapter 08's table).
+  std::vector<ep::EpLayerLoad> load() const;
+  /// Zeroes the counts and times of load() (the start of a step).
+  void reset_load();
 
 private:
-  MeshAxes axes_;
-  std::vector<std::unique_ptr<ep::EpLayerLoad>> loads_; // the layers point at them
+  std::unique_ptr<ep::ExpertParallelAxis> expert_; // before the model: it builds the MoE layers
   tp::TpGPT model_;
-  tp::TpShardMap tp_shards_;                    // where tp puts each parameter (checkpoints)
-  std::optional<ep::ExpertShardMap> ep_shards_; // and ep each expert (with ep only)
-  std::optional<cp::RingAttentionCore> ring_;   // with cp only: the blocks' attention,
-  nn::SequenceChunks chunks_;                   // this rank's positions of each row
-  std::optional<cp::CpSequenceGroup> sequence_; // and the MoE routers' pool
+  std::unique_ptr<tp::TensorParallelAxis> tensor_;
+  std::unique_ptr<cp::ContextParallel> context_;
+  std::vector<std::unique_ptr<train::Axis>> more_;
+  std::vector<train::Axis*> axes_; // tp, ep, cp (those there are), then the more
 };
 
 /// PipelineTrainer's stage-model factory for a composed run: MeshStages of `config` over `axes`

@@ -1,18 +1,18 @@
-// The tensor-parallel run (chapter 05) as a train::RankRun: what `tinyscale train --tp N` runs.
+// What the tensor-parallel run (chapter 05) prints about its layout. `tinyscale train --tp N`
+// runs fourd::MeshTrainer, the trainer of every layout that splits the model; this is the line
+// that says how tp splits it.
 #pragma once
 
-#include "comm/communicator.hpp"
 #include "mesh/plan.hpp"
-#include "train/run.hpp"
 
-#include <memory>
+#include <cstdint>
+#include <string>
 
 namespace tinyscale::tp {
 
-/// Collective over `world` (dp x tp ranks, tp innermost as Megatron puts it): the mesh and a
-/// TpTrainer on its tp group, inside data parallelism over its dp group when plan.dp > 1.
-std::unique_ptr<train::RankRun> make_tensor_parallel_run(const mesh::ParallelPlan& plan,
-                                                         const io::RunConfig& config,
-                                                         comm::Communicator& world);
+/// The line before the first step: tp (with or without sp) x dp, the backend, the micro-batches
+/// and the rows of each per dp rank.
+std::string describe_run(const mesh::ParallelPlan& plan, const char* backend,
+                         std::int64_t micro_batches, std::int64_t micro_batch_rows);
 
 } // namespace tinyscale::tp

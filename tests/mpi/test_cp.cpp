@@ -49,7 +49,7 @@ TEST_CASE("mpi: context-parallel training on 4 processes equals one rank: cp 4 a
   world->barrier();
 }
 
-TEST_CASE("mpi: context-parallel MoE on 4 processes equals one rank: cp 4 (CpTrainer) and ep 2 "
+TEST_CASE("mpi: context-parallel MoE on 4 processes equals one rank: cp 4 and ep 2 "
           "x cp 2 (composed), the same tokens dropped, 3 steps (float32 1e-5)",
           "[cp]") {
   auto world = test::mpi_world(std::chrono::seconds(60));

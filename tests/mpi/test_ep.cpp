@@ -13,14 +13,13 @@ using namespace tinyscale::test;
 namespace {
 
 std::string ep_difference(comm::Communicator& world, int ep, int top_k, double capacity_factor,
-                          ep::EpOptions options = {}, const std::string& device = "cpu") {
+                          EpOptions options = {}, const std::string& device = "cpu") {
   const int d = world.size();
   io::RunConfig config = ep_run_config(d, 1, 2, top_k, capacity_factor);
   config.train.device = device;
   const EpRecord want =
       ep_reference_run(config, options.capacity == ep::CapacityScope::Global ? d / ep : d);
-  mesh::Mesh mesh(world, ep_layout(d, ep));
-  const EpRecord got = ep_run(mesh, config, options);
+  const EpRecord got = ep_run(world, ep, config, options);
   std::int64_t dropped = 0;
   for (auto n : want.dropped) dropped += n;
   if (capacity_factor > 0) CHECK(dropped > 0); // capacity bites: the drops are compared

@@ -242,7 +242,7 @@ TEST_CASE("A traced cp 2 step records every ring transfer with its bytes, and ev
       2,
       [&](comm::Communicator& world) {
         metrics::TraceRecorder trace(world.rank(), metrics::synchronized_origin(world));
-        cp::CpTrainer trainer(config, world, nullptr, world, cp::Split::LoadBalanced, &trace);
+        fourd::MeshTrainer trainer(cp_plan(1, 2, cp::Split::LoadBalanced), config, world, &trace);
         trainer.train_step();
         events[static_cast<std::size_t>(world.rank())] = trace.events();
       },

@@ -22,14 +22,14 @@ constexpr double kTolerance = 1e-5;
 
 // Runs the expert-parallel side on D thread ranks; returns rank 0's record after checking that
 // every rank ended with the same joined record.
-EpRecord threads_ep_run(int d, int ep, const io::RunConfig& config, ep::EpOptions options = {},
+EpRecord threads_ep_run(int d, int ep, const io::RunConfig& config, EpOptions options = {},
                         const Prepare& prepare = {}) {
   std::vector<EpRecord> records(static_cast<std::size_t>(d));
   comm::run_threads(
       d,
       [&](comm::Communicator& world) {
-        mesh::Mesh mesh(world, ep_layout(d, ep));
-        records[static_cast<std::size_t>(world.rank())] = ep_run(mesh, config, options, prepare);
+        records[static_cast<std::size_t>(world.rank())] =
+            ep_run(world, ep, config, options, prepare);
       },
       comm::testing::test_options(std::chrono::seconds(30)));
   for (int r = 1; r < d; ++r) {
@@ -197,10 +197,8 @@ TEST_CASE("Expert parallelism refuses a bad layout before any work, naming the f
     comm::run_threads(
         4,
         [&](comm::Communicator& world) {
-          mesh::Mesh mesh(world, ep_layout(4, 4));
           try {
-            ep::EpTrainer t(config, mesh.group("dp x cp x ep"), mesh.group(mesh::Axis::Ep),
-                            mesh.group("dp x cp"));
+            fourd::MeshTrainer t(ep_plan(4, 4), config, world);
           } catch (const Error& e) {
             errors[static_cast<std::size_t>(world.rank())] = e.what();
           }
@@ -217,19 +215,14 @@ TEST_CASE("Expert-parallel checkpoints are in the single-rank layout: ep = 2 sav
   io::RunConfig config = ep_run_config(2, 1, 1, 2, 1.0);
   config.train.checkpoint_dir = dir / "ckpt";
   const EpRecord want = ep_reference_run(config, 2);
-  auto mesh_of = [](comm::Communicator& world) {
-    return std::make_unique<mesh::Mesh>(world, ep_layout(2, 2));
-  };
   std::vector<std::vector<double>> losses(2);
   SECTION("ep = 2 saves after step 1; data parallel (ep = 1) resumes") {
     comm::run_threads(
         2,
         [&](comm::Communicator& world) {
-          auto mesh = mesh_of(world);
           std::string path;
           {
-            ep::EpTrainer t(config, mesh->group("dp x cp x ep"), mesh->group(mesh::Axis::Ep),
-                            mesh->group("dp x cp"));
+            fourd::MeshTrainer t(ep_plan(2, 2), config, world);
             t.train_step();
             path = t.save_checkpoint();
           }
@@ -244,7 +237,6 @@ TEST_CASE("Expert-parallel checkpoints are in the single-rank layout: ep = 2 sav
     comm::run_threads(
         2,
         [&](comm::Communicator& world) {
-          auto mesh = mesh_of(world);
           std::string path = config.train.checkpoint_dir + "/" + io::checkpoint_dir_name(1);
           {
             dp::DpTrainer t(config, world);
@@ -252,8 +244,7 @@ TEST_CASE("Expert-parallel checkpoints are in the single-rank layout: ep = 2 sav
             if (world.rank() == 0) t.trainer().save_checkpoint();
             world.barrier();
           }
-          ep::EpTrainer resumed(config, mesh->group("dp x cp x ep"), mesh->group(mesh::Axis::Ep),
-                                mesh->group("dp x cp"));
+          fourd::MeshTrainer resumed(ep_plan(2, 2), config, world);
           resumed.resume(path);
           for (int s = 1; s < 3; ++s)
             losses[static_cast<std::size_t>(world.rank())].push_back(resumed.train_step().loss);
@@ -284,24 +275,19 @@ TEST_CASE("On the emulated device, expert parallelism equals one rank at the sam
     config.train.device = "emu";
     std::vector<std::string> problems(2);
     comm::run_threads(2, [&](comm::Communicator& world) {
-      mesh::Mesh mesh(world, ep_layout(2, 2));
-      ep::EpTrainer trainer(config, mesh.group("dp x cp x ep"), mesh.group(mesh::Axis::Ep),
-                            mesh.group("dp x cp"), {});
+      fourd::MeshTrainer trainer(ep_plan(2, 2), config, world);
       trainer.train_step(); // warm-up
       HostTraffic traffic;
       {
         CountHostTraffic scope(traffic);
         trainer.train_step();
       }
-      std::int64_t buckets = 0, bucketed = 0;
-      for (const dp::DataParallel* sync : {&trainer.dense_sync(), &trainer.expert_sync()})
-        for (const dp::Bucket& b : sync->buckets()) {
-          ++buckets;
-          bucketed += static_cast<std::int64_t>(b.params.size());
-        }
-      problems[static_cast<std::size_t>(world.rank())] =
-          step_traffic_problem(traffic, {config.train.micro_batches, 1, config.train.seq_len, 4,
-                                         true, buckets, bucketed, true, 2});
+      // the composed model at tp = 1: its embedding and loss are the vocab-parallel ones
+      StepTrafficShape shape{config.train.micro_batches, 1, config.train.seq_len, 4};
+      shape.moe = true;
+      shape.vocab_parallel = true;
+      shape.pipeline = true;
+      problems[static_cast<std::size_t>(world.rank())] = step_traffic_problem(traffic, shape);
     });
     for (const std::string& p : problems) REQUIRE(p == "");
   }

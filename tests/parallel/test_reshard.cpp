@@ -9,13 +9,11 @@
 // layouts change; the z-loss and dropout do not.
 #include "dp/trainer.hpp"
 #include "dp_equivalence.hpp"
-#include "ep/trainer.hpp"
-#include "fourd/stages.hpp"
+#include "fourd/trainer.hpp"
 #include "io/checkpoint.hpp"
 #include "mesh/mesh.hpp"
 #include "pp/trainer.hpp"
 #include "scratch_dir.hpp"
-#include "tp/trainer.hpp"
 #include "zero/trainer.hpp"
 
 #include "comm/launch.hpp"
@@ -80,20 +78,10 @@ std::vector<double> drive(T& t, const io::RunConfig& c, const std::string& from)
       c, [&] { return t.train_step(); }, [&] { return t.step(); }, [&] { t.save_checkpoint(); });
 }
 
-// dp2 x ep2 x tp2 x pp2 with ZeRO-1, or any other composition, on `world`.
-std::vector<double> composed(comm::Communicator& world, const io::RunConfig& c,
-                             const std::string& from, mesh::MeshShape shape, int zero) {
-  mesh::Mesh mesh(world, mesh::MeshLayout(shape));
-  fourd::MeshAxes axes;
-  axes.tp = &mesh.group(mesh::Axis::Tp);
-  if (shape.ep > 1) {
-    axes.ep = &mesh.group(mesh::Axis::Ep);
-    axes.expert_data_parallel = &mesh.group("dp x cp");
-  }
-  pp::PipelineOptions o;
-  o.zero = zero;
-  pp::PipelineTrainer t(c, mesh.group(mesh::Axis::Pp), o, nullptr, &mesh.group("dp x cp x ep"),
-                        fourd::mesh_stages(c, axes));
+// Any layout that splits the model, as `train` runs it (fourd::MeshTrainer), on `world`.
+std::vector<double> mesh_run(comm::Communicator& world, const io::RunConfig& c,
+                             const std::string& from, const mesh::ParallelPlan& plan) {
+  fourd::MeshTrainer t(plan, c, world);
   return drive(t, c, from);
 }
 
@@ -120,15 +108,16 @@ std::vector<Layout> layouts() {
        }});
   out.push_back(
       {"tp 2", 2, [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
-         tp::TpTrainer t(c, world);
-         return drive(t, c, from);
+         mesh::ParallelPlan plan;
+         plan.tp = 2;
+         return mesh_run(world, c, from, plan);
        }});
   out.push_back({"dp 2 with ep 2", 2,
                  [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
-                   mesh::Mesh mesh(world, mesh::MeshLayout(mesh::MeshShape{1, 1, 1, 2, 1}));
-                   ep::EpTrainer t(c, mesh.group("dp x cp x ep"), mesh.group(mesh::Axis::Ep),
-                                   mesh.group("dp x cp"));
-                   return drive(t, c, from);
+                   mesh::ParallelPlan plan;
+                   plan.dp = 2;
+                   plan.ep = 2;
+                   return mesh_run(world, c, from, plan);
                  }});
   out.push_back({"ZeRO-3 on dp 2", 2,
                  [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
@@ -144,7 +133,13 @@ std::vector<Layout> layouts() {
        }});
   out.push_back({"dp 2 with ep 2 x tp 2 x pp 2, ZeRO-1", 8,
                  [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
-                   return composed(world, c, from, mesh::MeshShape{1, 2, 2, 2, 1}, 1);
+                   mesh::ParallelPlan plan;
+                   plan.dp = 2;
+                   plan.ep = 2;
+                   plan.tp = 2;
+                   plan.pp = 2;
+                   plan.zero = 1;
+                   return mesh_run(world, c, from, plan);
                  }});
   return out;
 }

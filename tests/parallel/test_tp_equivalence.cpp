@@ -6,7 +6,6 @@
 #include "tp_equivalence.hpp"
 
 #include "comm/launch.hpp"
-#include "mesh/mesh.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -19,15 +18,12 @@ constexpr double kTolerance = 1e-5;
 
 // Runs dp x tp ranks on threads (tp innermost); returns world rank 0's record after checking that
 // every rank ended with the same joined model as rank 0.
-RunRecord threads_tp_run(int dp, int tp, const io::RunConfig& config, tp::TpOptions options) {
+RunRecord threads_tp_run(int dp, int tp, const io::RunConfig& config, TpLayout layout) {
   std::vector<RunRecord> records(static_cast<std::size_t>(dp * tp));
   comm::run_threads(
       dp * tp,
       [&](comm::Communicator& world) {
-        mesh::Mesh mesh(world, mesh::MeshLayout(mesh::MeshShape{dp, tp, 1, 1, 1}));
-        comm::Communicator* dp_group = dp > 1 ? &mesh.group(mesh::Axis::Dp) : nullptr;
-        records[static_cast<std::size_t>(world.rank())] =
-            tp_run(mesh.group(mesh::Axis::Tp), dp_group, config, options);
+        records[static_cast<std::size_t>(world.rank())] = tp_run(world, dp, config, layout);
       },
       comm::testing::test_options(std::chrono::seconds(60)));
   for (std::size_t r = 1; r < records.size(); ++r) {
@@ -88,7 +84,7 @@ TEST_CASE("Negative control: replacing one g operator by the identity breaks the
     INFO("attention g of layer " << layer << " replaced by the identity");
     std::vector<std::string> differences(2);
     comm::run_threads(2, [&](comm::Communicator& world) {
-      const RunRecord got = tp_run(world, nullptr, config, {false, layer});
+      const RunRecord got = tp_run(world, 1, config, {false, layer});
       differences[static_cast<std::size_t>(world.rank())] = compare_runs(want, got, kTolerance);
     });
     for (const std::string& d : differences) {
@@ -118,7 +114,10 @@ TEST_CASE("After warm-up a tensor-parallel step on emu moves only the batch, the
   config.train.device = "emu";
   std::vector<std::string> problems(2);
   comm::run_threads(2, [&](comm::Communicator& world) {
-    tp::TpTrainer trainer(config, world, nullptr, {true, -1});
+    mesh::ParallelPlan plan;
+    plan.tp = 2;
+    plan.sequence_parallel = true;
+    fourd::MeshTrainer trainer(plan, config, world);
     trainer.train_step(); // warm-up
     HostTraffic traffic;
     {
@@ -128,8 +127,8 @@ TEST_CASE("After warm-up a tensor-parallel step on emu moves only the batch, the
     StepTrafficShape shape{config.train.micro_batches,
                            config.train.batch_size / config.train.micro_batches,
                            config.train.seq_len, 4};
-    shape.data_parallel = true;
     shape.vocab_parallel = true;
+    shape.pipeline = true;
     problems[static_cast<std::size_t>(world.rank())] = step_traffic_problem(traffic, shape);
   });
   for (const std::string& p : problems) REQUIRE(p == "");

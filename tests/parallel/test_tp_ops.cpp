@@ -182,7 +182,10 @@ TEST_CASE("A tensor-parallel run's checkpoint loads into one rank and one rank's
   auto run_tp = [&](int steps, bool resume, bool save) {
     std::vector<RunRecord> records(2);
     comm::run_threads(2, [&](comm::Communicator& tp) {
-      tp::TpTrainer trainer(config, tp, nullptr, {true, -1});
+      mesh::ParallelPlan plan; // tp = 2 with SP, as `train --tp 2 --sp` runs it
+      plan.tp = 2;
+      plan.sequence_parallel = true;
+      fourd::MeshTrainer trainer(plan, config, tp);
       if (resume) trainer.resume(config.train.checkpoint_dir);
       RunRecord r;
       while (trainer.step() < steps) {
@@ -191,7 +194,7 @@ TEST_CASE("A tensor-parallel run's checkpoint loads into one rank and one rank's
         r.grad_norms.push_back(step.grad_norm);
       }
       if (save) trainer.save_checkpoint();
-      record_joined_params(r, tp, trainer.model().parameters());
+      record_joined_params(r, tp, trainer.stages().model().parameters());
       records[static_cast<std::size_t>(tp.rank())] = r;
     });
     return records[0];
@@ -238,7 +241,10 @@ TEST_CASE("A layout that does not divide the model is refused before any work, n
     try {
       comm::run_threads(t, [&](comm::Communicator& tp) {
         try {
-          tp::TpTrainer trainer(c, tp, nullptr, {sp, -1});
+          mesh::ParallelPlan plan;
+          plan.tp = t;
+          plan.sequence_parallel = sp;
+          fourd::MeshTrainer trainer(plan, c, tp);
         } catch (const Error& e) {
           std::lock_guard<std::mutex> lock(m);
           errors.push_back(e.what());
@@ -293,5 +299,33 @@ TEST_CASE("The counting communicator counts payload and ring wire bytes per regi
     CHECK(rs.wire_bytes == 16.0); // (N-1)/N of the full buffer
     CHECK(ag.payload_bytes == 32);
     CHECK(ag.wire_bytes == 16.0);
+  }
+}
+
+TEST_CASE("A counting communicator's sub-groups count into it (so a mesh built on a counting world "
+          "counts every group); a sub-group of one rank counts nothing",
+          "[parallel][tp][host]") {
+  std::vector<comm::CommCounts> counts(4);
+  REQUIRE_NOTHROW(comm::run_threads(4, [&](comm::Communicator& world) {
+    comm::CountingCommunicator counting(world);
+    // pairs {0, 1} and {2, 3}, and every rank alone
+    auto pair = counting.split(world.rank() / 2, world.rank(), "pair");
+    auto alone = counting.split(world.rank(), 0, "alone");
+    std::vector<float> a(8, 1.0f), b(8);
+    {
+      comm::CountingRegion region(*pair, "block");
+      pair->all_reduce(a.data(), b.data(), 8, DType::Float32, comm::ReduceOp::Sum);
+    }
+    TS_CHECK(b[0] == 2.0f, "the pair's all-reduce was not forwarded: ", b[0]);
+    alone->all_reduce(a.data(), b.data(), 8, DType::Float32, comm::ReduceOp::Sum);
+    TS_CHECK(b[0] == 1.0f, "the lone rank's all-reduce was not forwarded: ", b[0]);
+    counts[static_cast<std::size_t>(world.rank())] = counting.counts();
+  }));
+  for (const comm::CommCounts& c : counts) {
+    REQUIRE(c.size() == 1); // the pair's, under its region; nothing of the lone rank's
+    const comm::CommCount ar = c.at({"block", "all_reduce"});
+    CHECK(ar.calls == 1);
+    CHECK(ar.payload_bytes == 32);
+    CHECK(ar.wire_bytes == 32.0);
   }
 }

@@ -7,8 +7,6 @@
 #include "ops/ops.hpp"
 #include "tp/sharding.hpp"
 
-#include <cmath>
-
 namespace tinyscale::tp {
 
 void all_reduce_sequence_parallel_grads(const nn::ParameterList& params, comm::Communicator& tp) {
@@ -23,24 +21,6 @@ void all_reduce_sequence_parallel_grads(const nn::ParameterList& params, comm::C
   // EXERCISE 5.3 begin: sum the sequence-parallel parameters' gradients over tp
   ::tinyscale::exercise_not_done("5.3", "ex05", __FILE__);
   // EXERCISE 5.3 end
-}
-
-double global_grad_norm(const nn::ParameterList& params, comm::Communicator& tp) {
-  // The squares stay on the gradients' device: each rank's shards summed over tp, then the
-  // replicated parameters (equal on every rank) counted once; the host reads the total once.
-  const Device device = params.empty() ? Device::cpu() : params.front().tensor.device();
-  Tensor squares = Tensor::zeros(Shape{1}, DType::Float64, device);
-  const auto add_squares = [&](bool replicated) {
-    for (const auto& p : params) {
-      const Tensor g = p.tensor.grad();
-      if (g.defined() && shard_spec(p.name).replicated() == replicated)
-        backend_of(g).sum_of_squares(g, squares);
-    }
-  };
-  add_squares(false);
-  comm::all_reduce(tp, squares);
-  add_squares(true);
-  return std::sqrt(squares.item());
 }
 
 } // namespace tinyscale::tp

@@ -84,8 +84,8 @@ moe::CapacityRule global_capacity(comm::Communicator& ep, const nn::MoeConfig& c
         ep, Tensor::from_ids(mine, Shape({static_cast<std::int64_t>(mine.size())}), device));
     const std::vector<double> values = gathered.to_vector();
     const std::vector<std::int64_t> all(values.begin(), values.end());
-    // Every rank routes a micro-batch of the same size (EpTrainer's rows), so the pool holds
-    // ep x N tokens; check it, since a different N would make the ranks disagree.
+    // Every rank routes a micro-batch of the same size (ExpertParallelAxis::first_row's rows), so
+    // the pool holds ep x N tokens; check it, since a different N would make the ranks disagree.
     const auto tokens = static_cast<std::int64_t>(whole.expert.size()) / k;
     for (int s = 0; s < ep.size(); ++s) {
       std::int64_t n = 0;
