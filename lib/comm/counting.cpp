@@ -123,7 +123,7 @@ WorkHandle CountingCommunicator::all_gather_async(const void* send, void* recv,
 std::unique_ptr<Communicator> CountingCommunicator::split(int color, int key,
                                                           const std::string& name) {
   std::unique_ptr<Communicator> group = inner_->split(color, key, name);
-  if (group == nullptr || group->size() == 1) return group;
+  if (group == nullptr) return group;
   return std::unique_ptr<CountingCommunicator>(new CountingCommunicator(std::move(group), sink_));
 }
 

@@ -78,9 +78,9 @@ public:
                                   DType dtype, ReduceOp op) override;
   WorkHandle all_gather_async(const void* send, void* recv, std::int64_t send_count,
                               DType dtype) override;
-  /// Splits `inner`; a sub-group of two or more ranks counts into this one's counts (under its
-  /// own region), so a mesh built on a counting world counts every group's traffic. A sub-group
-  /// of one rank moves nothing and counts nothing.
+  /// Splits `inner`; the sub-group counts into this one's counts (under its own region), so a
+  /// mesh built on a counting world counts every group's traffic (a group of one rank puts no
+  /// bytes on the wire, but its buffers count as payload, as this one's do at size 1).
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
 private:

@@ -56,11 +56,9 @@ comm::Communicator* ExpertParallelAxis::data_parallel_group(const std::string& n
 }
 
 bool ExpertParallelAxis::counts_in_norm(const std::string& name, bool sharded) const {
-  // EXERCISE 10.1 begin: count each element of the whole gradient once
   // An expert: on the one rank of the ep group that holds it. A dense parameter, replicated
   // over ep: on one ep rank, unless ZeRO-1 sliced it over dp x ep (each rank counts its slice).
   return is_expert_parameter(name) || sharded || ep_->rank() == 0;
-  // EXERCISE 10.1 end
 }
 
 comm::Communicator* ExpertParallelAxis::norm_group(bool sharded) const {

@@ -23,7 +23,11 @@ void TensorParallelAxis::reduce_within_stage(const std::vector<const nn::NamedPa
 
 bool TensorParallelAxis::counts_in_norm(const std::string& name, bool sharded) const {
   (void)sharded; // ZeRO slices over data parallelism, never over tp
+  // EXERCISE 10.1 begin: count each element of the whole gradient once
+  // A shard: on every tp rank (each holds its own piece). Replicated over tp (LayerNorm, wpe,
+  // the router, a row-parallel bias): the same on every tp rank, so on tp rank 0 only.
   return !shard_spec(name).replicated() || group_->rank() == 0;
+  // EXERCISE 10.1 end
 }
 
 comm::Communicator* TensorParallelAxis::norm_group(bool sharded) const {

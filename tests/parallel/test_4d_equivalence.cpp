@@ -13,14 +13,14 @@ using namespace tinyscale;
 using namespace tinyscale::test;
 
 TEST_CASE("dp2 x tp2 x pp2 with the MoE model and ep2 equals one rank after 3 steps",
-          "[4d][ex10.1][ex10.2]") {
+          "[4d][ex10.2]") {
   const io::RunConfig config = fourd_run_config(2, 2, true);
   CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2, .ep = 2}) == "");
   // the same with ZeRO-1: the dense state sliced over dp x ep, the experts' over dp
   CHECK(fourd_difference(config, {.dp = 2, .tp = 2, .pp = 2, .ep = 2, .zero = 1}) == "");
 }
 
-TEST_CASE("dp2 x tp2 x pp2 on the dense model equals one rank after 3 steps", "[4d]") {
+TEST_CASE("dp2 x tp2 x pp2 on the dense model equals one rank after 3 steps", "[4d][ex10.1]") {
   CHECK(fourd_difference(fourd_run_config(2, 2, false), {.dp = 2, .tp = 2, .pp = 2}) == "");
 }
 

@@ -104,8 +104,8 @@ RunRecord toy_axis_run(int ranks, const io::RunConfig& config, bool sum_gradient
 } // namespace
 
 TEST_CASE("A toy axis (each micro-batch's rows split over 2 ranks, written as a train::Axis and "
-          "composed by fourd::MeshStages) trains like one rank; without its gradient sum it does "
-          "not",
+          "composed by fourd::MeshStages) trains like one rank, and without its gradient sum it "
+          "does not",
           "[parallel][axis]") {
   const io::RunConfig config = dp_run_config(1, 2, 2, false); // 2 rows per micro-batch, dropout
   const RunRecord want = reference_run(config, 1);

@@ -302,8 +302,8 @@ TEST_CASE("The counting communicator counts payload and ring wire bytes per regi
   }
 }
 
-TEST_CASE("A counting communicator's sub-groups count into it (so a mesh built on a counting world "
-          "counts every group); a sub-group of one rank counts nothing",
+TEST_CASE("A counting communicator's sub-groups count into it, under their own regions (so a "
+          "mesh built on a counting world counts every group)",
           "[parallel][tp][host]") {
   std::vector<comm::CommCounts> counts(4);
   REQUIRE_NOTHROW(comm::run_threads(4, [&](comm::Communicator& world) {
@@ -322,10 +322,13 @@ TEST_CASE("A counting communicator's sub-groups count into it (so a mesh built o
     counts[static_cast<std::size_t>(world.rank())] = counting.counts();
   }));
   for (const comm::CommCounts& c : counts) {
-    REQUIRE(c.size() == 1); // the pair's, under its region; nothing of the lone rank's
-    const comm::CommCount ar = c.at({"block", "all_reduce"});
-    CHECK(ar.calls == 1);
-    CHECK(ar.payload_bytes == 32);
-    CHECK(ar.wire_bytes == 32.0);
+    REQUIRE(c.size() == 2); // the pair's under its region, the lone rank's under "other"
+    const comm::CommCount pair = c.at({"block", "all_reduce"}),
+                          alone = c.at({"other", "all_reduce"});
+    CHECK(pair.calls == 1);
+    CHECK(pair.payload_bytes == 32);
+    CHECK(pair.wire_bytes == 32.0);
+    CHECK(alone.payload_bytes == 32);
+    CHECK(alone.wire_bytes == 0.0); // one rank puts nothing on the wire
   }
 }
