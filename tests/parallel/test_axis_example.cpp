@@ -59,14 +59,14 @@ public:
   void barrier() override { group_->barrier(); }
 
 private:
-  std::int64_t share(std::int64_t rows) const { return rows / group_->size(); }
+  std::int64_t rows_per_rank(std::int64_t rows) const { return rows / group_->size(); }
   Tensor mine(const Tensor& t) const {
-    const std::int64_t n = share(t.size(0)), first = group_->rank() * n;
+    const std::int64_t n = rows_per_rank(t.size(0)), first = group_->rank() * n;
     return slice(t, 0, first, first + n);
   }
   nn::ForwardContext at_my_rows(const nn::ForwardContext& ctx, std::int64_t rows) const {
     nn::ForwardContext c = ctx;
-    c.row_offset += group_->rank() * share(rows);
+    c.row_offset += group_->rank() * rows_per_rank(rows);
     return c;
   }
 
