@@ -5,8 +5,6 @@
 #include "ep/rules.hpp"
 #include "plan/rules.hpp"
 
-#include <algorithm>
-
 namespace tinyscale::fourd {
 
 namespace {
