@@ -1,6 +1,5 @@
 #include "ep/axis.hpp"
 
-#include "core/error.hpp"
 #include "ep/moe_layer.hpp"
 
 #include <optional>
