@@ -1,11 +1,10 @@
 // The model of every layout that splits the model (chapter 10): chapter 05's TpGPT whose MoE
 // layers are chapter 08's, each expert split over tp, cut into stages by chapter 06's executor,
-// and the composition of its axes. Each axis says once, in its own folder, what it adds to a step
-// (train::Axis: tp/axis.hpp, ep/axis.hpp, cp/model.hpp); this class only folds over them: a
-// forward wrapped by every axis, each axis' sums inside a stage, the group an axis names for a
-// parameter's gradient, a parameter counted in the norm when every axis counts it, the norm's
-// squares summed over every axis' group. The easy thing to get wrong: the order of the groups in
-// collectives must be the same on every rank, so the axes are always tp, ep, cp, then any more.
+// with the axes of its mesh. Each axis says once, in its own folder, what it adds to a step
+// (train::Axis: tp/axis.hpp, ep/axis.hpp, cp/model.hpp), and pp::StageModel folds over them;
+// this class only builds the model and its axes. The easy thing to get wrong: the order of the
+// groups in collectives must be the same on every rank, so the axes are always tp, ep, cp, then
+// any more.
 #pragma once
 
 #include "comm/communicator.hpp"
@@ -56,29 +55,11 @@ public:
   MeshStages(const io::RunConfig& config, MeshAxes axes, const nn::Pieces& pieces = {});
   ~MeshStages() override;
 
-  const nn::ParameterList& parameters() const override { return model_.parameters(); }
-  Tensor embed(const Tensor& ids, const nn::ForwardContext& ctx) const override;
-  nn::FeedForwardOutput block(int layer, const Tensor& x,
-                              const nn::ForwardContext& ctx) const override;
-  Tensor loss(const Tensor& x, const Tensor& targets) const override;
-  std::int64_t positions(std::int64_t seq_len) const override;
-  std::int64_t first_row(int micro_batch, std::int64_t rows, int micro_batches,
-                         int data_parallel_rank) const override;
-  void reduce_within_stage(const std::vector<const nn::NamedParameter*>& owned) override;
-  comm::Communicator* data_parallel_group(const std::string& name) const override;
-  bool counts_in_norm(const std::string& name, bool sharded) const override;
-  std::vector<comm::Communicator*> norm_groups(bool sharded) const override;
   /// Chapter 07's ZeRO-1 (zero::ShardedDataParallel, each parameter its own unit, reducing
   /// after backward).
   std::unique_ptr<optim::ShardedOptimizer>
   sharded_optimizer(const nn::ParameterList& params, comm::Communicator& group,
                     const optim::OptimConfig& optim) const override;
-  Tensor join(const std::string& name, const Tensor& local) override;
-  Tensor cut(const std::string& name, const Tensor& full) const override;
-  void share(const std::string& name, Tensor& full) override;
-  bool leads() const override;
-  void barrier() override;
-
   const tp::TpGPT& model() const { return model_; }
   /// With ep: this rank's load of each of its MoE layers since reset_load (chapter 08's table).
   std::vector<ep::EpLayerLoad> load() const;
@@ -91,7 +72,6 @@ private:
   std::unique_ptr<tp::TensorParallelAxis> tensor_;
   std::unique_ptr<cp::ContextParallel> context_;
   std::vector<std::unique_ptr<train::Axis>> more_;
-  std::vector<train::Axis*> axes_; // tp, ep, cp (those there are), then the more
 };
 
 /// PipelineTrainer's stage-model factory for a composed run: MeshStages of `config` over `axes`

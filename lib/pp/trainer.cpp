@@ -137,7 +137,7 @@ PipelineTrainer::PipelineTrainer(io::RunConfig config, comm::Communicator& group
                                                         : pieces());
           },
           std::move(config), train::OptimizerOwner::Caller),
-      model_(make_model ? make_model(pieces()) : std::make_unique<GptStages>(trainer_.model())),
+      model_(make_model ? make_model(pieces()) : std::make_unique<StageModel>(trainer_.model())),
       trace_(trace) {
   // A stage model of its own (a composed run's) lives where the trainer's does.
   nn::to_device(model_->parameters(), trainer_.device());
@@ -462,7 +462,7 @@ BubbleReport PipelineTrainer::bubble_report() {
 }
 
 nn::ParameterList PipelineTrainer::gathered_parameters() {
-  TS_CHECK(dynamic_cast<const GptStages*>(model_.get()) != nullptr,
+  TS_CHECK(model_->axes().empty(),
            "pipeline: gathered_parameters() joins whole nn::GPT parameters; this run's stages ",
            "are split over other axes too: compare each rank's own parameters instead");
   nn::ParameterList out;

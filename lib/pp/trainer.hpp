@@ -68,7 +68,7 @@ public:
   /// global batch B in its m micro-batches, and the stages' gradients are summed over it.
   /// `make_model` (optional) builds what the stages are cut from: a model split over the other
   /// axes of a mesh (chapter 10's fourd::MeshStages, built for this config); without it, an
-  /// nn::GPT of train::Trainer (GptStages). Either way a rank builds only its own stages'
+  /// nn::GPT of train::Trainer with no axes. Either way a rank builds only its own stages'
   /// pieces (the embeddings on the first stage, the head and the tied wte on the last), so its
   /// parameters fall as 1/p.
   PipelineTrainer(io::RunConfig config, comm::Communicator& group, PipelineOptions options = {},
@@ -119,8 +119,8 @@ public:
   /// stage's, a block its stage's, ln_f the last stage's (checkpoints take it from there).
   int trainer_rank(const std::string& name) const;
   /// The config, data, step count and learning-rate schedule. Its nn::GPT (this rank's pieces)
-  /// is the model of GptStages, and holds no piece when the caller made the stage model; its
-  /// optimizer is empty (OptimizerOwner::Caller): this class steps its own.
+  /// is the stage model's when it has no axes, and holds no piece when the caller made the stage
+  /// model; its optimizer is empty (OptimizerOwner::Caller): this class steps its own.
   const train::Trainer& trainer() const { return trainer_; }
   std::int64_t step() const { return trainer_.step(); }
   /// The pieces of the model this rank builds: its stages'.

@@ -1,8 +1,8 @@
 // Gradients under tensor parallelism (chapter 05): under sequence parallelism, each rank's
 // LayerNorm, wpe and row-parallel-bias gradients cover only its positions, so they are summed
-// over tp after backward (fourd::MeshStages::reduce_within_stage calls this). The other thing a
-// tensor-parallel step does that one rank does not, the norm (a shard's squares summed over tp,
-// a replicated parameter's counted once), is MeshStages::counts_in_norm with norm_groups.
+// over tp after backward (tp::TensorParallelAxis::reduce_within_stage calls this). The other thing
+// a tensor-parallel step does that one rank does not, the norm (a shard's squares summed over tp,
+// a replicated parameter's counted once), is TensorParallelAxis::counts_in_norm and norm_group.
 // The easy thing to get wrong: every rank must pass the same parameters in the same order.
 #pragma once
 

@@ -138,8 +138,4 @@ Tensor TpGPT::lm_loss(const Tensor& logits, const Tensor& targets) const {
   return vocab_parallel_cross_entropy(logits, targets, tp_.rank() * wte_.size(0), *tp_.group);
 }
 
-Tensor TpGPT::head_loss(const Tensor& x, const Tensor& targets) const {
-  return lm_loss(head(x), targets);
-}
-
 } // namespace tinyscale::tp

@@ -50,9 +50,6 @@ public:
   /// Collective over tp: block `layer` on the residual stream, in its layout.
   nn::FeedForwardOutput block(int layer, const Tensor& x,
                               const nn::ForwardContext& ctx) const override;
-  /// Collective over tp: ln_f, this rank's vocabulary slice of the logits [B, T, V/t], and the
-  /// vocabulary-parallel cross-entropy against targets [B, T] (the same scalar on every rank).
-  Tensor head_loss(const Tensor& x, const Tensor& targets) const;
   /// Collective over tp: ln_f and the tied head, column-parallel over the vocabulary: this rank's
   /// slice of the logits [B, T, V/t].
   Tensor head(const Tensor& x) const override;
