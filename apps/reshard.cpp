@@ -36,11 +36,14 @@ struct ReshardOptions {
   int rank_rows = 16;
 };
 
-// Whether pipeline rank `pp_rank` trains `name` (its virtual stages are c p + pp_rank).
-bool trains(const std::string& name, int pp_rank, int p, int chunks, const pp::Partition& cut) {
+// Whether pipeline rank `pp_rank` trains `name` (its virtual stages are c p + pp_rank); `tied`:
+// the last stage's head is wte.
+bool trains(const std::string& name, int pp_rank, int p, int chunks, const pp::Partition& cut,
+            bool tied) {
   const int last = p * chunks - 1;
   const auto rank_of = [&](int v) { return v % p; };
-  if (name.rfind("wte.", 0) == 0) return pp_rank == rank_of(0) || pp_rank == rank_of(last);
+  if (name.rfind("wte.", 0) == 0)
+    return pp_rank == rank_of(0) || (tied && pp_rank == rank_of(last));
   if (name.rfind("wpe.", 0) == 0) return pp_rank == rank_of(0);
   if (name.rfind("h.", 0) == 0) {
     const int block = std::stoi(name.substr(2));
@@ -88,7 +91,7 @@ void run_reshard(const ReshardOptions& opt) {
     int count = 0;
     for (const nn::ParameterSpec& p : names) {
       const int e = ep::expert_index(p.name);
-      if (!trains(p.name, at.pp, s.pp, opt.chunks, cut)) continue;
+      if (!trains(p.name, at.pp, s.pp, opt.chunks, cut, config.model.tie_embeddings)) continue;
       if (e >= 0 && s.ep > 1 && placement.owner(e) != at.ep) continue;
       const tp::ShardSpec spec = tp::shard_spec(p.name);
       const Tensor piece = tp::cut_shard(model.at(p.name), spec, at.tp, s.tp);

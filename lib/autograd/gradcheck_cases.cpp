@@ -6,6 +6,7 @@
 #include "ops/ops.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <limits>
 #include <random>
@@ -282,6 +283,41 @@ std::vector<GradCase> loss_and_attention_cases() {
          return GradDraw{block,
                          {random_input({B, T, C}, seed, 1), random_input({C, 3 * C}, seed, 2, 0.5),
                           random_input({C}, seed, 3, 0.2, 1.0)}};
+       }});
+  // The Llama family's ops (lib/ops/llama.cpp) and grouped-query attention.
+  cases.push_back({"rms_norm", [](std::uint64_t seed) {
+                     std::mt19937_64 rng(seed);
+                     const Shape s = random_shape(rng, 3, 2, 6);
+                     return GradDraw{[](const Inputs& x) { return rms_norm(x[0], x[1], 1e-3); },
+                                     {random_input(s, seed, 1, 1.5, 0.3),
+                                      random_input({s[-1]}, seed, 2, 0.5, 1.0)}};
+                   }});
+  cases.push_back({"rope (fixed angles)", [](std::uint64_t seed) {
+                     std::mt19937_64 rng(seed);
+                     const Shape s = random_shape(rng, 4, 1, 4); // [B, H, T, D/2]
+                     const Shape table({s[2], s[3]});
+                     std::vector<double> c =
+                         Tensor::randn(table, seed, 2, DType::Float64, 0.0, 2.0).to_vector();
+                     std::vector<double> n(c.size());
+                     for (std::size_t i = 0; i < c.size(); ++i) {
+                       n[i] = std::sin(c[i]);
+                       c[i] = std::cos(c[i]);
+                     }
+                     const Tensor cos = Tensor::from_vector(c, table, DType::Float64),
+                                  sin = Tensor::from_vector(n, table, DType::Float64);
+                     return GradDraw{[cos, sin](const Inputs& x) { return rope(x[0], cos, sin); },
+                                     {random_input({s[0], s[1], s[2], 2 * s[3]}, seed, 1)}};
+                   }});
+  cases.push_back(unary(
+      "silu", [](const Tensor& x) { return silu(x); }, 2.0));
+  cases.push_back(
+      {"scaled_dot_product_attention (grouped-query)", [](std::uint64_t seed) {
+         std::mt19937_64 rng(seed);
+         const Shape s = random_shape(rng, 4, 1, 3); // [B, Hkv, T, D]; G = 2 query heads each
+         const Shape q({s[0], 2 * s[1], s[2], s[3]});
+         return GradDraw{
+             [](const Inputs& in) { return scaled_dot_product_attention(in[0], in[1], in[2]); },
+             {random_input(q, seed, 1), random_input(s, seed, 2), random_input(s, seed, 3)}};
        }});
   return cases;
 }

@@ -20,6 +20,8 @@ namespace tinyscale::io {
 // Keys of one section stay together: to_toml writes each section header once.
 std::span<const ConfigKey> config_keys() {
   static constexpr ConfigKey keys[] = {
+      TS_CONFIG_KEY(model.arch, "\"gpt2\" or \"llama\" (RMSNorm, rotary positions, SwiGLU, "
+                                "grouped-query attention)"),
       TS_CONFIG_KEY(model.vocab_size, "tokens in the vocabulary (V); 256 for byte-level data"),
       TS_CONFIG_KEY(model.n_positions, "context length: the longest sequence the model sees"),
       TS_CONFIG_KEY(model.n_layer, "transformer blocks"),
@@ -27,7 +29,18 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(model.n_embd, "width C of the residual stream"),
       TS_CONFIG_KEY(model.bias, "biases in the linear layers and LayerNorms"),
       TS_CONFIG_KEY(model.dropout, "dropout on embeddings, attention output and MLP output"),
-      TS_CONFIG_KEY(model.layer_norm_epsilon, "epsilon added to the variance in LayerNorm"),
+      TS_CONFIG_KEY(
+          model.layer_norm_epsilon,
+          "epsilon added to the variance in LayerNorm (llama: the mean square in RMSNorm)"),
+      TS_CONFIG_KEY(model.n_kv_head,
+                    "llama: key/value heads, dividing n_head (1 = multi-query); 0 = n_head"),
+      TS_CONFIG_KEY(model.rope_theta, "llama: the base of the rotary position frequencies"),
+      TS_CONFIG_KEY(model.ffn_hidden, "MLP hidden width; 0 = 4 n_embd (gpt2) or llama's rule, "
+                                      "8 n_embd / 3 rounded up to ffn_multiple_of"),
+      TS_CONFIG_KEY(model.ffn_multiple_of,
+                    "llama: ffn_hidden's rule rounds up to a multiple of it"),
+      TS_CONFIG_KEY(model.tie_embeddings,
+                    "the output head is wte (GPT-2); false: its own lm_head.weight (Llama)"),
       TS_CONFIG_KEY(model.initializer_range,
                     "std of the normal init (residual projections: / sqrt(2 n_layer))"),
       TS_CONFIG_KEY(model.dtype, "parameter and activation dtype: float32 or float64"),

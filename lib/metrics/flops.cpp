@@ -28,16 +28,19 @@ ModelFlops model_flops(const nn::ModelConfig& cfg, std::int64_t seq_len) {
   ModelFlops f;
   // EXERCISE 2.3 begin: model FLOPs per token (PaLM's 6N + 12 l C s)
   double n = 0;
+  const double F = static_cast<double>(cfg.n_inner()); // the MLP's width: 4C for GPT-2
+  const double KV = static_cast<double>(cfg.kv_heads() * cfg.head_dim()); // k's and v's width
   for (int layer = 0; layer < cfg.n_layer; ++layer) {
-    n += 4 * C * C; // c_attn [C, 3C] + attn c_proj [C, C]
+    // q and the output projection [C, C], k and v [C, KV] (GPT-2: c_attn [C, 3C] + c_proj)
+    n += 2 * C * C + 2 * C * KV;
     if (cfg.is_moe_layer(layer)) {
-      // router [C, E] plus top_k expert MLPs, each [C, 4C] + [4C, C]
-      n += C * cfg.moe.n_experts + cfg.moe.top_k * 8 * C * C;
+      // router [C, E] plus top_k expert MLPs, each [C, F] + [F, C]
+      n += C * cfg.moe.n_experts + cfg.moe.top_k * 2 * C * F;
     } else {
-      n += 8 * C * C; // mlp c_fc [C, 4C] + mlp c_proj [4C, C]
+      n += (cfg.llama() ? 3 : 2) * C * F; // c_fc + c_proj, or SwiGLU's gate, up and down
     }
   }
-  n += V * C; // tied head: logits = x @ wte^T
+  n += V * C; // the head: logits = x @ wte^T (tied) or x @ lm_head^T
   f.matmul_params = n;
   // Per layer and token: QK^T is a [1, C] x [C, s] product over the heads (2·s·C), AV the same.
   f.attention_per_token = 4 * l * C * s;

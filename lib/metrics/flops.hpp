@@ -1,7 +1,7 @@
 // Analytic model FLOPs from the config (chapter 02, MFU): PaLM's 6N + 12·l·C·s per token
 // (Chowdhery et al. 2022, app. B) and Megatron's per-iteration formula (Korthikanti et al. 2022).
 // Easy to get wrong: N counts only parameters that enter a matmul (no biases, LayerNorms or
-// position table; the tied head counts once, as the [C, V] output product), and a MoE layer
+// position table; the head counts once, tied or not, as the [C, V] output product), and a MoE layer
 // counts its active parameters (router + top_k experts), not all E experts.
 #pragma once
 

@@ -1,6 +1,7 @@
 // The model's shape (chapters 02 and 03): GPT-2's hyper-parameters with the names Hugging Face's
-// GPT2Config uses, plus the mixture-of-experts switch. One struct feeds the model, the FLOP count,
-// the TOML config and the export, so a size is written in exactly one place.
+// GPT2Config uses, the Llama family's (RMSNorm, rotary positions, SwiGLU, grouped-query
+// attention) under arch = "llama", plus the mixture-of-experts switch. One struct feeds the model,
+// the FLOP count, the TOML config and the export, so a size is written in exactly one place.
 #pragma once
 
 #include "core/dtype.hpp"
@@ -20,16 +21,28 @@ struct MoeConfig {
   double z_loss_coeff = 1e-3;    ///< ST-MoE router z-loss coefficient
 };
 
-/// GPT-2 hyper-parameters (names as in Hugging Face's GPT2Config).
+/// The model's hyper-parameters (GPT-2's names as in Hugging Face's GPT2Config).
 struct ModelConfig {
+  /// "gpt2": LayerNorm, learned positions (wpe), GELU MLP, multi-head attention. "llama":
+  /// RMSNorm, rotary positions (no wpe), SwiGLU MLP, grouped-query attention (n_kv_head).
+  std::string arch = "gpt2";
   std::int64_t vocab_size = 256;
   std::int64_t n_positions = 64; ///< context length (block size)
   int n_layer = 2;
   int n_head = 2;
   std::int64_t n_embd = 64;
-  bool bias = true;     ///< biases in linear layers and LayerNorms
-  double dropout = 0.0; ///< embedding, attention-output and MLP-output dropout
-  double layer_norm_epsilon = 1e-5;
+  bool bias = true;                 ///< biases in linear layers and LayerNorms
+  double dropout = 0.0;             ///< embedding, attention-output and MLP-output dropout
+  double layer_norm_epsilon = 1e-5; ///< the norm's epsilon (LayerNorm's, or llama's RMSNorm's)
+  /// llama: key/value heads, dividing n_head (n_head: multi-head, 1: multi-query); 0 = n_head.
+  int n_kv_head = 0;
+  double rope_theta = 10000.0; ///< llama: the base of the rotary frequencies
+  /// The MLP's hidden width; 0 = the arch's rule: 4 n_embd (gpt2), or 8 n_embd / 3 rounded up
+  /// to a multiple of ffn_multiple_of (llama's SwiGLU, three matrices at about 4 n_embd's FLOPs).
+  std::int64_t ffn_hidden = 0;
+  std::int64_t ffn_multiple_of = 256; ///< llama: the rounding of ffn_hidden's rule
+  /// The output head is wte itself (GPT-2); false: a separate lm_head.weight [V, C] (Llama).
+  bool tie_embeddings = true;
   double initializer_range = 0.02; ///< std of the normal init; residual projections get
                                    ///< std / sqrt(2 n_layer) (GPT-2 paper, sec. 2.3)
   DType dtype = DType::Float32;    ///< parameter and activation dtype (float64 for gradient checks)
@@ -42,9 +55,13 @@ struct ModelConfig {
   MoeConfig moe;
 
   std::int64_t head_dim() const { return n_embd / n_head; }
+  bool llama() const { return arch == "llama"; }
+  /// Key/value heads: n_kv_head, or n_head when it is 0.
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   /// The activations' dtype: bfloat16 under precision "bf16", else `dtype`.
   DType compute_dtype() const { return precision == "bf16" ? DType::BFloat16 : dtype; }
-  std::int64_t n_inner() const { return 4 * n_embd; }
+  /// The MLP's hidden width (ffn_hidden, or the arch's rule when it is 0).
+  std::int64_t n_inner() const;
   /// True when block `layer` has a MoE MLP.
   bool is_moe_layer(int layer) const {
     return moe.every > 0 && moe.n_experts > 0 && (layer + 1) % moe.every == 0;

@@ -21,23 +21,28 @@ Pieces checked(Pieces pieces, const ModelConfig& config) {
 }
 } // namespace
 
-// Parameters are added in forward order: wte, wpe, h.0 ... h.{L-1}, ln_f (the pieces built).
+// Parameters are added in forward order: wte, wpe, h.0 ... h.{L-1}, ln_f, lm_head (the pieces
+// built; wpe gpt2's only, lm_head only when the embeddings are not tied).
 GPT::GPT(const ModelConfig& config, std::uint64_t seed, const MoeLayerFactory& moe_layer,
          Pieces pieces)
     : config_(validated(config)), pieces_(checked(std::move(pieces), config)) {
-  if (pieces_.embeddings || pieces_.head)
+  if (pieces_.embeddings || (pieces_.head && config.tie_embeddings))
     wte_ = normal_parameter(params_, "wte.weight", Shape({config.vocab_size, config.n_embd}),
                             config.initializer_range, seed, config.dtype, false);
-  if (pieces_.embeddings)
+  if (pieces_.embeddings && !config.llama())
     wpe_ = normal_parameter(params_, "wpe.weight", Shape({config.n_positions, config.n_embd}),
                             config.initializer_range, seed, config.dtype, false);
   blocks_.resize(static_cast<std::size_t>(config.n_layer));
+  if (config.llama()) rope_.emplace(config);
   for (int i = 0; i < config.n_layer; ++i)
     if (pieces_.block(i))
-      blocks_[static_cast<std::size_t>(i)].emplace(params_, i, config, seed, moe_layer);
-  if (pieces_.head)
-    ln_f_.emplace(params_, "ln_f", config.n_embd, config.bias, config.layer_norm_epsilon,
-                  config.dtype);
+      blocks_[static_cast<std::size_t>(i)].emplace(params_, i, config, seed, moe_layer,
+                                                   rope_ ? &*rope_ : nullptr);
+  if (pieces_.head) ln_f_.emplace(block_norm(params_, "ln_f", config));
+  if (pieces_.head && !config.tie_embeddings)
+    lm_head_ =
+        normal_parameter(params_, "lm_head.weight", Shape({config.vocab_size, config.n_embd}),
+                         config.initializer_range, seed, config.dtype);
 }
 
 std::vector<ParameterSpec> gpt_parameter_specs(const ModelConfig& config) {
@@ -65,7 +70,9 @@ Tensor GPT::embed(const Tensor& ids, const ForwardContext& ctx) const {
            " tokens per sequence, found ", row, "; lower train.seq_len or raise model.n_positions");
   const DType compute = config_.compute_dtype(); // bfloat16 under mixed precision
   // the positions this call holds (all, or a context-parallel rank's chunks)
-  const Tensor x = embedding(ids, cast(wte_, compute)) + ctx.position_rows(cast(wpe_, compute), T);
+  Tensor x = embedding(ids, cast(wte_, compute));
+  // llama has no position table: its positions turn q and k in every attention (rotary)
+  if (wpe_.defined()) x = x + ctx.position_rows(cast(wpe_, compute), T);
   return ctx.dropout(x, config_.dropout, "wte+wpe");
 }
 
@@ -79,8 +86,9 @@ FeedForwardOutput GPT::block(int layer, const Tensor& x, const ForwardContext& c
 
 Tensor GPT::head(const Tensor& x) const {
   // tied: [B, T, C] x [V, C]^T in the activations' dtype; the GEMM reads wte transposed, no copy
+  // (untied: lm_head [V, C], Hugging Face's layout of it, read the same way)
   check_holds(pieces_.head, "GPT", "the head", pieces_, config_.n_layer);
-  return matmul_nt(ln_f_->forward(x), cast(wte_, x.dtype()));
+  return matmul_nt(ln_f_->forward(x), cast(lm_head_.defined() ? lm_head_ : wte_, x.dtype()));
 }
 
 Tensor GPT::lm_loss(const Tensor& logits, const Tensor& targets) const {

@@ -176,14 +176,16 @@ Tensor Linear::forward(const Tensor& x) const {
 }
 
 LayerNorm::LayerNorm(ParameterList& params, const std::string& name, std::int64_t dim,
-                     bool has_bias, double epsilon, DType dtype)
-    : eps(epsilon) {
+                     bool has_bias, double epsilon, DType dtype, bool rms_norm)
+    : eps(epsilon), rms(rms_norm) {
+  TS_CHECK(!(rms && has_bias), "RMSNorm '", name, "': expected no bias, found one asked for");
   weight = make_parameter(params, constant_spec(name + ".weight", Shape({dim}), dtype, 1.0));
   if (has_bias)
     bias = make_parameter(params, constant_spec(name + ".bias", Shape({dim}), dtype, 0.0));
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const {
+  if (rms) return rms_norm(x, cast(weight, x.dtype()), eps);
   return layer_norm(x, cast(weight, x.dtype()), bias.defined() ? cast(bias, x.dtype()) : bias, eps);
 }
 

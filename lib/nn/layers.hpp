@@ -58,14 +58,16 @@ struct Linear {
   Tensor forward(const Tensor& x) const;
 };
 
-/// LayerNorm over the last axis with gain `weight` (ones) and optional `bias` (zeros).
+/// LayerNorm over the last axis with gain `weight` (ones) and optional `bias` (zeros); with `rms`,
+/// Llama's RMSNorm instead (no mean subtracted, no bias).
 struct LayerNorm {
   Tensor weight;
   Tensor bias;
   double eps;
+  bool rms = false;
 
   LayerNorm(ParameterList& params, const std::string& name, std::int64_t dim, bool bias, double eps,
-            DType dtype);
+            DType dtype, bool rms = false);
   Tensor forward(const Tensor& x) const;
 };
 

@@ -12,6 +12,25 @@ Mlp::Mlp(ParameterList& params, const std::string& name, const ModelConfig& conf
              config.initializer_range / std::sqrt(2.0 * config.n_layer), config.bias, seed,
              config.dtype) {}
 
+SwiGlu::SwiGlu(ParameterList& params, const std::string& name, const ModelConfig& config,
+               std::uint64_t seed)
+    : gate_proj(params, name + ".gate_proj", config.n_embd, config.n_inner(),
+                config.initializer_range, config.bias, seed, config.dtype),
+      up_proj(params, name + ".up_proj", config.n_embd, config.n_inner(), config.initializer_range,
+              config.bias, seed, config.dtype),
+      down_proj(params, name + ".down_proj", config.n_inner(), config.n_embd,
+                config.initializer_range / std::sqrt(2.0 * config.n_layer), config.bias, seed,
+                config.dtype) {}
+
+SwiGluFeedForward::SwiGluFeedForward(ParameterList& params, const std::string& name,
+                                     const ModelConfig& config, std::uint64_t seed)
+    : name_(name), dropout_(config.dropout), mlp_(params, name, config, seed) {}
+
+FeedForwardOutput SwiGluFeedForward::forward(const Tensor& x, const ForwardContext& ctx) const {
+  const Tensor y = ctx.dropout(mlp_.forward(x), dropout_, name_);
+  return FeedForwardOutput{y, Tensor(), Tensor(), std::nullopt};
+}
+
 DenseFeedForward::DenseFeedForward(ParameterList& params, const std::string& name,
                                    const ModelConfig& config, std::uint64_t seed)
     : name_(name), dropout_(config.dropout), mlp_(params, name, config, seed) {}

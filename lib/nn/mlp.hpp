@@ -1,6 +1,7 @@
 // The feed-forward sublayer (chapter 02): GPT-2's MLP, c_fc [C, 4C] -> tanh-GELU -> c_proj
-// [4C, C] -> dropout. FeedForward is the one interface a block holds, so a mixture-of-experts
-// layer (lib/moe/, chapter 03) can take the MLP's place by a config switch.
+// [4C, C] -> dropout; Llama's SwiGLU, down_proj(silu(gate_proj x) * up_proj x) -> dropout.
+// FeedForward is the one interface a block holds, so a mixture-of-experts layer (lib/moe/, chapter
+// 03) can take the MLP's place by a config switch.
 #pragma once
 
 #include "nn/config.hpp"
@@ -54,6 +55,31 @@ struct Mlp {
       std::uint64_t seed);
   /// x [..., C] -> [..., C].
   Tensor forward(const Tensor& x) const { return c_proj.forward(gelu(c_fc.forward(x))); }
+};
+
+/// Llama's SwiGLU MLP (Shazeer 2020): three matrices [C, F], [C, F], [F, C] with
+/// F = config.n_inner(); no dropout (the caller adds it).
+struct SwiGlu {
+  Linear gate_proj, up_proj, down_proj;
+  SwiGlu(ParameterList& params, const std::string& name, const ModelConfig& config,
+         std::uint64_t seed);
+  /// x [..., C] -> [..., C].
+  Tensor forward(const Tensor& x) const {
+    return down_proj.forward(silu(gate_proj.forward(x)) * up_proj.forward(x));
+  }
+};
+
+/// Llama's dense MLP sublayer (h.N.mlp) with output dropout.
+class SwiGluFeedForward : public FeedForward {
+public:
+  SwiGluFeedForward(ParameterList& params, const std::string& name, const ModelConfig& config,
+                    std::uint64_t seed);
+  FeedForwardOutput forward(const Tensor& x, const ForwardContext& ctx) const override;
+
+private:
+  std::string name_;
+  double dropout_;
+  SwiGlu mlp_;
 };
 
 /// GPT-2's dense MLP sublayer (h.N.mlp) with output dropout.

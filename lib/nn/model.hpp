@@ -36,8 +36,8 @@ FeedForwardOutput run_block(const std::function<FeedForwardOutput(const Tensor&)
 /// the embeddings on the first, its blocks, ln_f and the tied wte on the last; the default is
 /// the whole model. A piece left out allocates nothing, and calling it throws.
 struct Pieces {
-  bool embeddings = true;   ///< wte and wpe
-  bool head = true;         ///< ln_f and the tied wte
+  bool embeddings = true;   ///< wte and wpe (llama: wte)
+  bool head = true;         ///< ln_f and the tied wte (untied: lm_head)
   std::vector<bool> blocks; ///< block i is built where blocks[i]; empty: every block
   /// None of the pieces of a model of `n_layer` blocks (a rank whose stages are in another model).
   static Pieces none(int n_layer);

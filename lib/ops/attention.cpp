@@ -19,10 +19,55 @@ namespace tinyscale {
 
 using autograd::Grads;
 
+namespace {
+// Grouped-query attention (Ainslie et al. 2023) without copying k and v: the G = H / Hkv query
+// heads that share a key/value head are consecutive, so q [B, H, T, D] viewed as
+// [B, Hkv, G T, D] is one batched GEMM against k [B, Hkv, T, D]. The causal softmax sees the
+// scores as [B, Hkv, G, T, T], so row r is query position r mod T. In the backward, dk and dv
+// come out [B, Hkv, T, D]: the GEMMs sum over the G query heads of each group.
+Tensor grouped_query_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const std::int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const std::int64_t Hkv = k.size(1), G = H / Hkv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  Tensor probs, out;
+  {
+    NoGradGuard no_grad;
+    const Tensor scores =
+        detail::gemm(reshape(q, {B, Hkv, G * T, D}), k, false, true, scale); // [B, Hkv, G T, T]
+    probs = Tensor::empty(scores.shape(), q.dtype(), q.device());
+    Tensor probs_by_query = reshape(probs, {B, Hkv, G, T, T});
+    backend_of(q).softmax(reshape(scores, {B, Hkv, G, T, T}), probs_by_query, /*log=*/false,
+                          /*causal=*/true);
+    out = reshape(detail::gemm(probs, v, false, false), {B, H, T, D});
+  }
+  const Shape grouped({B, Hkv, G * T, D});
+  return record_op("scaled_dot_product_attention (grouped)", out, {q, k, v},
+                   [q = reshape(q.detach(), grouped.dims()), k = k.detach(), v = v.detach(), probs,
+                    scale, shape = q.shape(), grouped](const Tensor& g) {
+                     const Tensor dout = reshape(g, grouped.dims());
+                     Tensor dv = detail::gemm(probs, dout, true, false);
+                     Tensor dprobs = detail::gemm(dout, v, false, true);
+                     Tensor dscores = Tensor::empty(probs.shape(), probs.dtype(), probs.device());
+                     backend_of(probs).softmax_backward(probs, dprobs, dscores, /*log=*/false);
+                     Tensor dq =
+                         reshape(detail::gemm(dscores, k, false, false, scale), shape.dims());
+                     Tensor dk = detail::gemm(dscores, q, true, false, scale);
+                     return Grads{dq, dk, dv};
+                   });
+}
+} // namespace
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   check_floating(q, "scaled_dot_product_attention", "q");
   check_same_dtype_device(q, k, "scaled_dot_product_attention");
   check_same_dtype_device(q, v, "scaled_dot_product_attention");
+  if (q.rank() == 4 && k.rank() == 4 && k.shape() == v.shape() && k.size(1) < q.size(1)) {
+    TS_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0 && q.size(0) == k.size(0) &&
+                 q.size(2) == k.size(2) && q.size(3) == k.size(3),
+             "scaled_dot_product_attention: expected grouped-query k, v [B, Hkv, T, D] with Hkv ",
+             "dividing q's H, found q ", q.shape().str(), " and k, v ", k.shape().str());
+    return grouped_query_attention(q, k, v);
+  }
   TS_CHECK(q.rank() == 4 && q.shape() == k.shape() && q.shape() == v.shape(),
            "scaled_dot_product_attention: expected q, k, v of one shape [B, H, T, D], found ",
            q.shape().str(), ", ", k.shape().str(), ", ", v.shape().str());

@@ -44,6 +44,8 @@ Tensor operator/(double s, const Tensor& a);
 /// GELU, tanh approximation as in GPT-2: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 Tensor gelu(const Tensor& x);
 Tensor relu(const Tensor& x);
+/// SiLU (swish): x sigmoid(x), the gate of Llama's SwiGLU MLP (lib/ops/llama.cpp).
+Tensor silu(const Tensor& x);
 
 // ---- reductions ----------------------------------------------------------------------------
 /// Sum over `axes` (all axes when empty); keepdim keeps them as size 1.
@@ -89,6 +91,12 @@ Tensor log_softmax(const Tensor& x);
 /// LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta (beta may be
 /// undefined).
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+/// RMSNorm over the last axis (Llama's): x / sqrt(mean(x^2) + eps) * gamma (lib/ops/llama.cpp).
+Tensor rms_norm(const Tensor& x, const Tensor& gamma, double eps = 1e-5);
+/// Rotary position embedding of x [..., T, D] (Llama's q and k per head): channel pairs (i, i +
+/// D/2) turned by the angles whose cosines and sines are cos, sin [T, D/2] (Hugging Face's
+/// rotate_half convention). The tables are constants: no gradient flows to them.
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 /// Rows of `table` [V, C] picked by int64 `ids` [...] -> [..., C].
 Tensor embedding(const Tensor& ids, const Tensor& table);
 
@@ -119,7 +127,9 @@ struct DropoutRng {
 Tensor dropout(const Tensor& x, double p, DropoutRng rng);
 
 /// Causal scaled dot-product attention: q, k, v [B, H, T, D] -> [B, H, T, D];
-/// softmax(q k^T / sqrt(D)) v with query i attending to keys 0..i only.
+/// softmax(q k^T / sqrt(D)) v with query i attending to keys 0..i only. Grouped-query attention:
+/// k and v may have fewer heads [B, Hkv, T, D], Hkv dividing H; query head h reads key/value head
+/// h / (H / Hkv), and k and v are never copied per query head.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 /// The same attention through the backend's fused kernel (flash attention on the GPU): saves only
 /// the output and one logsumexp per row, never the [T, T] probabilities. Throws on a backend

@@ -217,8 +217,9 @@ std::int64_t PipelineTrainer::optimizer_state_bytes() const {
 
 bool PipelineTrainer::owns(const std::string& name) const {
   const int last = schedule_.virtual_stages() - 1;
-  if (name.rfind("wte.", 0) == 0)
-    return rank_ == schedule_.rank_of(0) || rank_ == schedule_.rank_of(last);
+  if (name.rfind("wte.", 0) == 0) // the last stage's head too, when tied
+    return rank_ == schedule_.rank_of(0) ||
+           (trainer_.config().model.tie_embeddings && rank_ == schedule_.rank_of(last));
   if (name.rfind("wpe.", 0) == 0) return rank_ == schedule_.rank_of(0);
   if (name.rfind("h.", 0) == 0) {
     const int block = std::stoi(name.substr(2));

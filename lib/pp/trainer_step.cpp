@@ -21,8 +21,8 @@ void PipelineTrainer::finish_step(train::StepResult& r,
   const int last_rank = schedule_.rank_of(schedule_.virtual_stages() - 1);
   // The tied embedding: the first stage has the embedding's part of wte's gradient, the last
   // the head's; both need the sum (a + b equals b + a exactly, so they stay identical).
-  if (options_.tie_embedding_gradients && first_rank != last_rank &&
-      (rank_ == first_rank || rank_ == last_rank)) {
+  if (options_.tie_embedding_gradients && trainer_.config().model.tie_embeddings &&
+      first_rank != last_rank && (rank_ == first_rank || rank_ == last_rank)) {
     const int peer = rank_ == first_rank ? last_rank : first_rank;
     const int tied_tag = 2 * schedule_.virtual_stages() * schedule_.micro_batches + 2;
     for (const nn::NamedParameter& p : params) {

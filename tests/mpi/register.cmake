@@ -3,7 +3,7 @@
 # (mpi_yield_when_idle) so that oversubscribed runs stay fast on 2 cores. RUN_SERIAL: 4 processes
 # already fill the cores, and the tests' short deadlines should not race other tests for them.
 set(TINYSCALE_MPI_TAGS collectives p2p async collective_thread split deadline checking ring dp tp ep zero pp cp
-    recompute)
+    recompute llama)
 foreach(tag IN LISTS TINYSCALE_MPI_TAGS)
   add_test(NAME mpi.${tag}
            COMMAND ${TINYSCALE_MPIEXEC} --oversubscribe -np 4 $<TARGET_FILE:mpi_tests> "[${tag}]")

@@ -12,15 +12,20 @@ std::string block_name(int layer) {
 }
 } // namespace
 
+LayerNorm block_norm(ParameterList& params, const std::string& name, const ModelConfig& config) {
+  return LayerNorm(params, name, config.n_embd, config.bias && !config.llama(),
+                   config.layer_norm_epsilon, config.dtype, /*rms=*/config.llama());
+}
+
 Block::Block(ParameterList& params, int layer, const ModelConfig& config, std::uint64_t seed,
-             const MoeLayerFactory& moe_layer)
-    : ln_1_(params, block_name(layer) + ".ln_1", config.n_embd, config.bias,
-            config.layer_norm_epsilon, config.dtype),
-      attn_(params, block_name(layer) + ".attn", config, seed),
-      ln_2_(params, block_name(layer) + ".ln_2", config.n_embd, config.bias,
-            config.layer_norm_epsilon, config.dtype) {
+             const MoeLayerFactory& moe_layer, const RotaryTables* rope)
+    : ln_1_(block_norm(params, block_name(layer) + ".ln_1", config)),
+      attn_(params, block_name(layer) + ".attn", config, seed, rope),
+      ln_2_(block_norm(params, block_name(layer) + ".ln_2", config)) {
   const std::string mlp = block_name(layer) + ".mlp";
-  if (config.is_moe_layer(layer) && moe_layer)
+  if (config.llama())
+    mlp_ = std::make_unique<SwiGluFeedForward>(params, mlp, config, seed);
+  else if (config.is_moe_layer(layer) && moe_layer)
     mlp_ = moe_layer(params, mlp, layer, config, seed);
   else if (config.is_moe_layer(layer))
     mlp_ = std::make_unique<moe::MoeFeedForward>(params, mlp, layer, config, seed);
