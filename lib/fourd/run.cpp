@@ -14,6 +14,7 @@
 #include "mesh/topology.hpp"
 #include "plan/rules.hpp"
 #include "pp/run.hpp"
+#include "tp/rules.hpp"
 #include "tp/run.hpp"
 #include "zero/run.hpp"
 
@@ -41,7 +42,12 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
              "train: --trace records data-parallel, pipeline, context-parallel and composed runs ",
              "(chapters 04, 06, 14, 10); leave it out with --tp, --ep or --zero alone");
   }
+  if (splits_model(plan)) tp::check_tp_model(config.model); // the one model MeshTrainer builds
   plan::check_layout_rules(plan, config); // every axis' rules, shared with the planner
+}
+
+bool splits_model(const mesh::ParallelPlan& plan) {
+  return plan.composed() || plan.tp > 1 || plan.ep > 1 || plan.cp > 1;
 }
 
 namespace {
@@ -187,8 +193,7 @@ std::unique_ptr<train::RankRun> make_run(const mesh::ParallelPlan& given,
                                          const std::string& trace_path) {
   const mesh::ParallelPlan plan = given.for_world(world.size());
   check_plan(plan, config, trace_path);
-  if (plan.composed() || plan.tp > 1 || plan.ep > 1 || plan.cp > 1)
-    return make_mesh_run(plan, config, world, trace_path);
+  if (splits_model(plan)) return make_mesh_run(plan, config, world, trace_path);
   if (plan.pp > 1) return pp::make_pipeline_run(plan, config, world, trace_path);
   if (plan.zero > 0) return zero::make_zero_run(plan, config, world);
   return dp::make_data_parallel_run(plan, config, world, trace_path);

@@ -60,12 +60,7 @@ TpGPT::TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext&
   TS_CHECK(tp.group != nullptr, "TpGPT: expected a tp group, found none; pass the mesh's tp ",
            "communicator (or the world) in TpContext::group");
   config.validate();
-  TS_CHECK(!config.llama() && config.tie_embeddings,
-           "TpGPT (the model that --tp, --ep, --cp and --pp with --zero split): expected ",
-           "model.arch = \"gpt2\" with model.tie_embeddings = true, found \"", config.arch,
-           "\" with tie_embeddings = ", config.tie_embeddings ? "true" : "false",
-           "; that model is not split over these axes yet: train it on one rank, with --dp, ",
-           "--zero 1 to 3, or --pp (with --dp)");
+  check_tp_model(config);
   // A sequence length is not known here; the trainer checks it (check_tp_layout).
   check_tp_layout(config, 0, tp.size(), false);
   TS_CHECK(pieces_.blocks.empty() ||

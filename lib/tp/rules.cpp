@@ -28,4 +28,13 @@ void check_tp_layout(const nn::ModelConfig& m, std::int64_t seq_len, int tp,
            "found a remainder", fix("train.seq_len"), ", or turn sequence parallelism off");
 }
 
+void check_tp_model(const nn::ModelConfig& m) {
+  TS_CHECK(!m.llama() && m.tie_embeddings,
+           "TpGPT (the model that --tp, --ep, --cp and --pp with --zero split): expected ",
+           "model.arch = \"gpt2\" with model.tie_embeddings = true, found \"", m.arch,
+           "\" with tie_embeddings = ", m.tie_embeddings ? "true" : "false",
+           "; that model is not split over these axes yet: train it on one rank, with --dp, ",
+           "--zero 1 to 3, or --pp (with --dp)");
+}
+
 } // namespace tinyscale::tp

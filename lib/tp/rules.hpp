@@ -14,4 +14,8 @@ namespace tinyscale::tp {
 void check_tp_layout(const nn::ModelConfig& model, std::int64_t seq_len, int tp,
                      bool sequence_parallel);
 
+/// Throws unless TpGPT, the model every layout that splits the model builds (--tp, --ep, --cp,
+/// composed runs), builds `model`: GPT-2 with its head tied (not yet a llama, nor an untied head).
+void check_tp_model(const nn::ModelConfig& model);
+
 } // namespace tinyscale::tp
