@@ -121,6 +121,10 @@ void export_hf(const std::string& dir, const nn::ModelConfig& config,
   TS_CHECK(config.moe.every == 0, "export_hf: expected a dense model, found a mixture-of-experts ",
            "config (model.moe.every = ", config.moe.every,
            "); GPT-2 has one MLP per block, so MoE models cannot be exported as GPT-2");
+  TS_CHECK(!config.llama() && config.tie_embeddings, "export_hf: expected a GPT-2 config (the ",
+           "layout this writes is GPT2LMHeadModel's, head tied), found model.arch = \"",
+           config.arch, "\" with tie_embeddings = ", config.tie_embeddings ? "true" : "false",
+           "; Hugging Face's Llama layout is not written yet");
   const std::vector<Gpt2Tensor> expected = gpt2_tensors(config);
   std::map<std::string, const Gpt2Tensor*> known;
   for (const Gpt2Tensor& t : expected) known[t.name] = &t;

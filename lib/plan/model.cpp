@@ -138,7 +138,10 @@ ModelShape shape_of(const nn::ModelConfig& cfg, std::int64_t seq, const std::str
                .heads = cfg.n_head,
                .vocab = cfg.vocab_size,
                .seq = seq,
-               .note = ""};
+               .note = cfg.llama() || !cfg.tie_embeddings
+                           ? "a llama config, priced as GPT-2 blocks (grouped-query attention, "
+                             "SwiGLU and an untied head approximated)"
+                           : ""};
   if (cfg.moe.every > 0 && cfg.moe.n_experts > 0) {
     m.experts = cfg.moe.n_experts;
     m.top_k = cfg.moe.top_k;

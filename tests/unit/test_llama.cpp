@@ -6,6 +6,7 @@
 #include "autograd/gradcheck.hpp"
 #include "metrics/flop_counter.hpp"
 #include "metrics/flops.hpp"
+#include "plan/model.hpp"
 #include "require_ts_error.hpp"
 #include "tinyscale.hpp"
 
@@ -319,4 +320,17 @@ TEST_CASE("A llama learns: 60 steps on the Markov source take its loss well belo
   INFO("first " << first << ", last " << last);
   CHECK(first == Approx(std::log(256.0)).epsilon(0.05)); // about uniform at the start
   CHECK(last < 0.65 * first);                            // 3.47 from 5.55 when written
+}
+
+TEST_CASE("What does not handle a llama yet says so: export-hf refuses it by name, the planner "
+          "notes that it prices it as GPT-2 blocks",
+          "[unit][llama]") {
+  const nn::ModelConfig c = llama_tiny(DType::Float32);
+  const nn::GPT model(c, 1);
+  REQUIRE_TS_ERROR(io::export_hf("/tmp/tinyscale-llama-export-refused", c, model.parameters()),
+                   Catch::Contains("found model.arch = \"llama\"") &&
+                       Catch::Contains("Llama layout is not written yet"));
+  CHECK_THAT(plan::shape_of(c, 8, "llama-tiny").note,
+             Catch::Contains("a llama config, priced as GPT-2 blocks"));
+  CHECK(plan::shape_of(nn::ModelConfig{}, 8, "gpt2").note.empty());
 }
