@@ -14,7 +14,6 @@
 #include "mesh/topology.hpp"
 #include "plan/rules.hpp"
 #include "pp/run.hpp"
-#include "tp/rules.hpp"
 #include "tp/run.hpp"
 #include "zero/run.hpp"
 
@@ -42,7 +41,6 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
              "train: --trace records data-parallel, pipeline, context-parallel and composed runs ",
              "(chapters 04, 06, 14, 10); leave it out with --tp, --ep or --zero alone");
   }
-  if (splits_model(plan)) tp::check_tp_model(config.model); // the one model MeshTrainer builds
   plan::check_layout_rules(plan, config); // every axis' rules, shared with the planner
 }
 

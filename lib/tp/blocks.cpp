@@ -1,6 +1,7 @@
 #include "tp/blocks.hpp"
 
 #include "backend/backend.hpp"
+#include "core/error.hpp"
 #include "ops/ops.hpp"
 #include "tp/operators.hpp"
 
@@ -15,24 +16,59 @@ double residual_std(const nn::ModelConfig& c) {
 }
 } // namespace
 
+namespace {
+std::optional<ColumnParallelLinear> column(bool built, nn::ParameterList& params,
+                                           const std::string& name, const nn::ModelConfig& config,
+                                           std::int64_t out, std::uint64_t seed,
+                                           const TpContext& tp) {
+  if (!built) return std::nullopt;
+  return ColumnParallelLinear(params, name, config.n_embd, out, config.initializer_range,
+                              config.bias, seed, config.dtype, tp);
+}
+} // namespace
+
 TpAttention::TpAttention(nn::ParameterList& params, const std::string& name, int layer,
-                         const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
-    : name_(name), layer_(layer), local_heads_(config.n_head / tp.size()), dropout_(config.dropout),
-      fused_attention_(config.fused_attention), tp_(tp),
-      c_attn_(params, name + ".c_attn", config.n_embd, 3 * config.n_embd, config.initializer_range,
-              config.bias, seed, config.dtype, tp),
-      c_proj_(params, name + ".c_proj", config.n_embd, config.n_embd, residual_std(config),
-              config.bias, seed, config.dtype, tp) {}
+                         const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp,
+                         const nn::RotaryTables* rope)
+    : name_(name), layer_(layer), local_heads_(config.n_head / tp.size()),
+      local_kv_heads_(config.kv_heads() / tp.size()), dropout_(config.dropout),
+      fused_attention_(config.fused_attention), tp_(tp), rope_(rope),
+      c_attn_(
+          column(!config.llama(), params, name + ".c_attn", config, 3 * config.n_embd, seed, tp)),
+      q_proj_(column(config.llama(), params, name + ".q_proj", config, config.n_embd, seed, tp)),
+      k_proj_(column(config.llama(), params, name + ".k_proj", config,
+                     config.kv_heads() * config.head_dim(), seed, tp)),
+      v_proj_(column(config.llama(), params, name + ".v_proj", config,
+                     config.kv_heads() * config.head_dim(), seed, tp)),
+      c_proj_(params, name + (config.llama() ? ".o_proj" : ".c_proj"), config.n_embd, config.n_embd,
+              residual_std(config), config.bias, seed, config.dtype, tp) {
+  TS_CHECK(!config.llama() || rope_ != nullptr, "TpAttention '", name,
+           "': a llama model needs its rotary tables, found none");
+}
 
 Tensor TpAttention::forward(const Tensor& x, const nn::ForwardContext& ctx) const {
   Tensor whole = enter_tp(x, tp_); // [B, T, C] on every rank
   const std::int64_t B = whole.size(0), T = whole.size(1), H = local_heads_;
-  std::vector<Tensor> qkv = chunk(c_attn_.forward(whole), -1, 3); // 3 x [B, T, C/t]: my heads
-  const std::int64_t D = qkv[0].size(2) / H;
-  auto heads = [&](const Tensor& t) { return permute(reshape(t, {B, T, H, D}), {0, 2, 1, 3}); };
-  const bool fused = fused_attention_ && backend_of(x).has_fused_attention();
+  auto heads = [&](const Tensor& t, std::int64_t n) {
+    return permute(reshape(t, {B, T, n, t.size(2) / n}), {0, 2, 1, 3});
+  };
+  Tensor q, k, v;
+  if (c_attn_) {
+    std::vector<Tensor> qkv = chunk(c_attn_->forward(whole), -1, 3); // 3 x [B, T, C/t]: my heads
+    q = heads(qkv[0], H), k = heads(qkv[1], H), v = heads(qkv[2], H);
+  } else {
+    // my query heads, and the key/value heads they read; the rotary rows of the positions held
+    const auto [cos_table, sin_table] = rope_->on(whole.device(), whole.dtype());
+    const Tensor cos = ctx.position_rows(cos_table, T), sin = ctx.position_rows(sin_table, T);
+    q = rope(heads(q_proj_->forward(whole), H), cos, sin);
+    k = rope(heads(k_proj_->forward(whole), local_kv_heads_), cos, sin);
+    v = heads(v_proj_->forward(whole), local_kv_heads_);
+  }
+  const std::int64_t D = q.size(3);
+  const bool fused =
+      fused_attention_ && local_kv_heads_ == H && backend_of(x).has_fused_attention();
   // this rank's heads: a context-parallel rank's ring (chapter 14), else its own core
-  Tensor y = ctx.attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), fused);
+  Tensor y = ctx.attend(q, k, v, fused);
   y = reshape(permute(y, {0, 2, 1, 3}), {B, T, H * D}); // [B, T, C/t]
   y = c_proj_.forward(y, tp_, tp_.identity_g_layer == layer_);
   return residual_dropout(y, dropout_, ctx, name_, tp_);
@@ -48,6 +84,22 @@ TpMlp::TpMlp(nn::ParameterList& params, const std::string& name, const nn::Model
 
 nn::FeedForwardOutput TpMlp::forward(const Tensor& x, const nn::ForwardContext& ctx) const {
   Tensor y = c_proj_.forward(gelu(c_fc_.forward(enter_tp(x, tp_))), tp_);
+  return {residual_dropout(y, dropout_, ctx, name_, tp_), Tensor(), Tensor(), std::nullopt};
+}
+
+TpSwiGlu::TpSwiGlu(nn::ParameterList& params, const std::string& name,
+                   const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp)
+    : name_(name), dropout_(config.dropout), tp_(tp),
+      gate_proj_(params, name + ".gate_proj", config.n_embd, config.n_inner(),
+                 config.initializer_range, config.bias, seed, config.dtype, tp),
+      up_proj_(params, name + ".up_proj", config.n_embd, config.n_inner(), config.initializer_range,
+               config.bias, seed, config.dtype, tp),
+      down_proj_(params, name + ".down_proj", config.n_inner(), config.n_embd, residual_std(config),
+                 config.bias, seed, config.dtype, tp) {}
+
+nn::FeedForwardOutput TpSwiGlu::forward(const Tensor& x, const nn::ForwardContext& ctx) const {
+  const Tensor whole = enter_tp(x, tp_);
+  Tensor y = down_proj_.forward(silu(gate_proj_.forward(whole)) * up_proj_.forward(whole), tp_);
   return {residual_dropout(y, dropout_, ctx, name_, tp_), Tensor(), Tensor(), std::nullopt};
 }
 

@@ -11,18 +11,23 @@
 #pragma once
 
 #include "moe/router.hpp"
+#include "nn/attention.hpp"
 #include "nn/mlp.hpp"
 #include "tp/layers.hpp"
 
+#include <optional>
 #include <vector>
 
 namespace tinyscale::tp {
 
-/// h.N.attn with heads [r H/t, (r+1) H/t) on rank r.
+/// h.N.attn with heads [r H/t, (r+1) H/t) on rank r; a llama's also with key/value heads
+/// [r H_kv/t, (r+1) H_kv/t), the ones its query heads read (grouped-query attention).
 class TpAttention {
 public:
+  /// `rope`: a llama's rotary tables (the model's); null for gpt2.
   TpAttention(nn::ParameterList& params, const std::string& name, int layer,
-              const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp);
+              const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp,
+              const nn::RotaryTables* rope = nullptr);
   /// x [B, T, C] (or [B, T/t, C]) -> the same layout.
   Tensor forward(const Tensor& x, const nn::ForwardContext& ctx) const;
   /// The output projection (the model lists its bias among the sequence-parallel parameters).
@@ -30,12 +35,14 @@ public:
 
 private:
   std::string name_;
-  int layer_, local_heads_;
+  int layer_, local_heads_, local_kv_heads_;
   double dropout_;
   bool fused_attention_;
   TpContext tp_;
-  ColumnParallelLinear c_attn_;
-  RowParallelLinear c_proj_;
+  const nn::RotaryTables* rope_;
+  std::optional<ColumnParallelLinear> c_attn_;                   ///< gpt2: q, k, v in one
+  std::optional<ColumnParallelLinear> q_proj_, k_proj_, v_proj_; ///< llama
+  RowParallelLinear c_proj_;                                     ///< llama's o_proj
 };
 
 /// h.N.mlp, dense: c_fc column-parallel, GELU, c_proj row-parallel, dropout.
@@ -53,6 +60,24 @@ private:
   TpContext tp_;
   ColumnParallelLinear c_fc_;
   RowParallelLinear c_proj_;
+};
+
+/// h.N.mlp of a llama: gate_proj and up_proj column-parallel, SiLU gate, down_proj
+/// row-parallel, dropout.
+class TpSwiGlu : public nn::FeedForward {
+public:
+  TpSwiGlu(nn::ParameterList& params, const std::string& name, const nn::ModelConfig& config,
+           std::uint64_t seed, const TpContext& tp);
+  nn::FeedForwardOutput forward(const Tensor& x, const nn::ForwardContext& ctx) const override;
+  /// The output projection (the model lists its bias among the sequence-parallel parameters).
+  const RowParallelLinear& down_proj() const { return down_proj_; }
+
+private:
+  std::string name_;
+  double dropout_;
+  TpContext tp_;
+  ColumnParallelLinear gate_proj_, up_proj_;
+  RowParallelLinear down_proj_;
 };
 
 /// One expert h.N.mlp.experts.e split like TpMlp, without dropout: c_fc column-parallel,

@@ -14,29 +14,33 @@ class TpBlock {
 public:
   TpBlock(nn::ParameterList& params, nn::ParameterList& sp_params, int layer,
           const nn::ModelConfig& config, std::uint64_t seed, const TpContext& tp,
-          const nn::MoeLayerFactory& moe_layer)
-      : ln_1_(params, name(layer) + ".ln_1", config.n_embd, config.bias, config.layer_norm_epsilon,
-              config.dtype),
-        attn_(params, name(layer) + ".attn", layer, config, seed, tp),
-        ln_2_(params, name(layer) + ".ln_2", config.n_embd, config.bias, config.layer_norm_epsilon,
-              config.dtype) {
+          const nn::MoeLayerFactory& moe_layer, const nn::RotaryTables* rope)
+      : ln_1_(nn::block_norm(params, name(layer) + ".ln_1", config)),
+        attn_(params, name(layer) + ".attn", layer, config, seed, tp, rope),
+        ln_2_(nn::block_norm(params, name(layer) + ".ln_2", config)) {
     const std::string mlp = name(layer) + ".mlp";
-    if (config.is_moe_layer(layer)) {
+    const RowParallelLinear* exit = nullptr; // the MLP's row-parallel output, when dense
+    if (config.llama()) {
+      auto swiglu = std::make_unique<TpSwiGlu>(params, mlp, config, seed, tp);
+      exit = &swiglu->down_proj();
+      mlp_ = std::move(swiglu);
+    } else if (config.is_moe_layer(layer)) {
       mlp_ = moe_layer ? moe_layer(params, mlp, layer, config, seed)
                        : std::make_unique<TpMoe>(params, mlp, layer, config, seed, tp);
     } else {
       auto dense = std::make_unique<TpMlp>(params, mlp, config, seed, tp);
-      if (tp.sequence_parallel && dense->c_proj().bias.defined())
-        sp_params.push_back(find_parameter(params, mlp + ".c_proj.bias"));
+      exit = &dense->c_proj();
       mlp_ = std::move(dense);
     }
     if (!tp.sequence_parallel) return;
-    // On a sequence shard: the LayerNorms and the bias added after the reduce-scatter.
+    // On a sequence shard: the norms and the biases added after the reduce-scatters.
+    if (exit != nullptr && exit->bias.defined())
+      sp_params.push_back(find_parameter(params, exit->bias.name()));
     for (const nn::LayerNorm* ln : {&ln_1_, &ln_2_})
       for (const Tensor& p : {ln->weight, ln->bias})
         if (p.defined()) sp_params.push_back(find_parameter(params, p.name()));
     if (attn_.c_proj().bias.defined())
-      sp_params.push_back(find_parameter(params, name(layer) + ".attn.c_proj.bias"));
+      sp_params.push_back(find_parameter(params, attn_.c_proj().bias.name()));
   }
 
   nn::FeedForwardOutput forward(const Tensor& x, const nn::ForwardContext& ctx) const {
@@ -60,18 +64,18 @@ TpGPT::TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext&
   TS_CHECK(tp.group != nullptr, "TpGPT: expected a tp group, found none; pass the mesh's tp ",
            "communicator (or the world) in TpContext::group");
   config.validate();
-  check_tp_model(config);
   // A sequence length is not known here; the trainer checks it (check_tp_layout).
   check_tp_layout(config, 0, tp.size(), false);
   TS_CHECK(pieces_.blocks.empty() ||
                pieces_.blocks.size() == static_cast<std::size_t>(config.n_layer),
            "TpGPT: expected one entry per block in Pieces::blocks (", config.n_layer, "), found ",
            pieces_.blocks.size());
-  // nn::GPT's pieces and order: wte, wpe, h.0 ... h.{L-1}, ln_f (those built)
-  if (pieces_.embeddings || pieces_.head)
+  // nn::GPT's pieces and order: wte, wpe, h.0 ... h.{L-1}, ln_f, lm_head (those built)
+  if (pieces_.embeddings || (pieces_.head && config.tie_embeddings))
     wte_ = shard_normal_parameter(params_, "wte.weight", Shape({config.vocab_size, config.n_embd}),
                                   config.initializer_range, seed, config.dtype, tp, false);
-  if (pieces_.embeddings) {
+  if (config.llama()) rope_ = std::make_unique<nn::RotaryTables>(config);
+  if (pieces_.embeddings && !config.llama()) {
     wpe_ = nn::normal_parameter(params_, "wpe.weight", Shape({config.n_positions, config.n_embd}),
                                 config.initializer_range, seed, config.dtype, false);
     if (tp.sequence_parallel) sp_params_.push_back(params_.back());
@@ -79,14 +83,17 @@ TpGPT::TpGPT(const nn::ModelConfig& config, std::uint64_t seed, const TpContext&
   blocks_.resize(static_cast<std::size_t>(config.n_layer));
   for (int i = 0; i < config.n_layer; ++i)
     if (pieces_.block(i))
-      blocks_[static_cast<std::size_t>(i)] =
-          std::make_unique<TpBlock>(params_, sp_params_, i, config, seed, tp, moe_layer);
+      blocks_[static_cast<std::size_t>(i)] = std::make_unique<TpBlock>(
+          params_, sp_params_, i, config, seed, tp, moe_layer, rope_.get());
   if (!pieces_.head) return;
-  ln_f_ = std::make_unique<nn::LayerNorm>(params_, "ln_f", config.n_embd, config.bias,
-                                          config.layer_norm_epsilon, config.dtype);
+  ln_f_ = std::make_unique<nn::LayerNorm>(nn::block_norm(params_, "ln_f", config));
   if (tp.sequence_parallel)
     for (const Tensor& p : {ln_f_->weight, ln_f_->bias})
       if (p.defined()) sp_params_.push_back(find_parameter(params_, p.name()));
+  if (!config.tie_embeddings) // split by vocabulary, like wte
+    lm_head_ =
+        shard_normal_parameter(params_, "lm_head.weight", Shape({config.vocab_size, config.n_embd}),
+                               config.initializer_range, seed, config.dtype, tp);
 }
 
 TpGPT::~TpGPT() = default;
@@ -111,7 +118,7 @@ Tensor TpGPT::embed(const Tensor& ids, const nn::ForwardContext& ctx) const {
   const nn::SequenceChunks part =
       nn::sequence_part(ctx.chunks, t_local * tp_.size(), tp_.rank(), tp_.size());
   if (tp_.sequence_parallel) here.chunks = &part;
-  x = x + here.position_rows(cast(wpe_, config_.compute_dtype()), t_local);
+  if (wpe_.defined()) x = x + here.position_rows(cast(wpe_, config_.compute_dtype()), t_local);
   return residual_dropout(x, config_.dropout, ctx, "wte+wpe", tp_);
 }
 
@@ -126,17 +133,17 @@ nn::FeedForwardOutput TpGPT::block(int layer, const Tensor& x,
 }
 
 Tensor TpGPT::head(const Tensor& x) const {
-  // The tied head, column-parallel over the vocabulary: [B, T, C] x [C, V/t].
+  // The head (tied: wte; else lm_head), column-parallel over the vocabulary: [B, T, C] x [C, V/t].
   nn::check_holds(pieces_.head, "TpGPT", "the head", pieces_, config_.n_layer);
   comm::CountingRegion region(*tp_.group, "head");
   Tensor h = enter_tp(ln_f_->forward(x), tp_);
-  return matmul_nt(h, cast(wte_, h.dtype()));
+  return matmul_nt(h, cast(lm_head_.defined() ? lm_head_ : wte_, h.dtype()));
 }
 
 Tensor TpGPT::lm_loss(const Tensor& logits, const Tensor& targets) const {
   nn::check_holds(pieces_.head, "TpGPT", "the head", pieces_, config_.n_layer);
   comm::CountingRegion region(*tp_.group, "head");
-  return vocab_parallel_cross_entropy(logits, targets, tp_.rank() * wte_.size(0), *tp_.group);
+  return vocab_parallel_cross_entropy(logits, targets, tp_.rank() * logits.size(-1), *tp_.group);
 }
 
 } // namespace tinyscale::tp

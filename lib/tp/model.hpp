@@ -22,7 +22,7 @@ namespace tinyscale::tp {
 
 class TpBlock;
 
-/// GPT-2 on one rank of a tensor-parallel group.
+/// GPT-2 (or a Llama, by config) on one rank of a tensor-parallel group.
 class TpGPT final : public nn::Model {
 public:
   /// Builds this rank's shards (the single-rank model's initial values, cut). `tp.group` must
@@ -63,6 +63,8 @@ private:
   nn::Pieces pieces_;
   nn::ParameterList params_, sp_params_;
   Tensor wte_, wpe_; ///< wte [V/t, C] (this rank's vocabulary rows), wpe [n_positions, C]
+  Tensor lm_head_;   ///< untied: [V/t, C], this rank's vocabulary rows
+  std::unique_ptr<nn::RotaryTables> rope_; ///< a llama's (on the heap: the blocks point to it)
   std::vector<std::unique_ptr<TpBlock>> blocks_; ///< null where not built
   std::unique_ptr<nn::LayerNorm> ln_f_;
 };

@@ -9,13 +9,9 @@
 namespace tinyscale::tp {
 
 /// Throws, before any work, when the model or the sequence cannot be split over `tp` ranks:
-/// heads, hidden size, MLP width and vocabulary must divide by tp, and with sequence
-/// parallelism the sequence length too. The message names the setting to change.
+/// heads (query and key/value), hidden size, MLP width and vocabulary must divide by tp, and with
+/// sequence parallelism the sequence length too. The message names the setting to change.
 void check_tp_layout(const nn::ModelConfig& model, std::int64_t seq_len, int tp,
                      bool sequence_parallel);
-
-/// Throws unless TpGPT, the model every layout that splits the model builds (--tp, --ep, --cp,
-/// composed runs), builds `model`: GPT-2 with its head tied (not yet a llama, nor an untied head).
-void check_tp_model(const nn::ModelConfig& model);
 
 } // namespace tinyscale::tp

@@ -21,7 +21,15 @@ ShardSpec shard_spec(const std::string& name) {
   if (ends_with(name, ".c_fc.weight")) return {1, 1};
   if (ends_with(name, ".c_fc.bias")) return {0, 1};
   if (ends_with(name, ".c_proj.weight")) return {0, 1};
-  return {}; // wpe, ln_*, ln_f, c_proj biases, the MoE router
+  // the Llama family's: q, k, v, gate and up by columns (k and v by their own kv heads), the
+  // output and down projections by rows, the untied head by vocabulary like wte
+  for (const char* column : {".q_proj", ".k_proj", ".v_proj", ".gate_proj", ".up_proj"}) {
+    if (ends_with(name, std::string(column) + ".weight")) return {1, 1};
+    if (ends_with(name, std::string(column) + ".bias")) return {0, 1};
+  }
+  if (ends_with(name, ".o_proj.weight") || ends_with(name, ".down_proj.weight")) return {0, 1};
+  if (name == "lm_head.weight") return {0, 1};
+  return {}; // wpe, ln_*, ln_f, c_proj, o_proj and down_proj biases, the MoE router
 }
 
 namespace {

@@ -1,11 +1,12 @@
 // The Llama family under mpirun -np 4 (label mpi): the comparisons of
 // tests/parallel/test_llama_equivalence.cpp with real processes: data parallelism and ZeRO-3 on 4
-// processes, a pipeline of 4 (an uneven cut, the head untied on the last stage) and PP x DP 2 x 2,
-// each against one rank.
+// processes, a pipeline of 4 (an uneven cut, the head untied on the last stage), PP x DP 2 x 2 and
+// dp 2 x tp 2 with sequence parallelism, each against one rank.
 #include "mpi_world.hpp"
 
 #include "llama_equivalence.hpp"
 #include "pp_equivalence.hpp"
+#include "tp_equivalence.hpp"
 #include "zero_equivalence.hpp"
 
 #include <catch2/catch.hpp>
@@ -46,4 +47,12 @@ TEST_CASE("mpi: a llama in a pipeline of 4 (cut 1, 2, 2, 1) and on PP x DP 2 x 2
   pp::PipelineOptions plain;
   plain.schedule = pp::ScheduleKind::OneFOneB;
   CHECK(llama_difference(reference_run(reference, 1), pp_dp_run(*world, 2, config, plain)) == "");
+}
+
+TEST_CASE("mpi: a llama on dp 2 x tp 2 with sequence parallelism equals one rank", "[llama]") {
+  auto world = mpi_world();
+  const io::RunConfig config = as_llama(tp_run_config(2, 1, 2, false));
+  TpLayout sp;
+  sp.sequence_parallel = true;
+  CHECK(llama_difference(reference_run(config, 2), tp_run(*world, 2, config, sp)) == "");
 }

@@ -1,11 +1,16 @@
 // The Llama family on the threads backend (chapter 02, "The Llama family"): data parallelism,
-// ZeRO 1 to 3, pipelines (every schedule, an uneven cut, PP x DP) and recompute train a Llama
-// (tests/llama_equivalence.hpp) exactly like one rank, by the comparisons of chapters 04, 06 and
-// 07 (tests/dp_equivalence.hpp); the model that tensor, expert and context parallelism split
-// refuses it by name.
+// ZeRO 1 to 3, pipelines (every schedule, an uneven cut, PP x DP), tensor and sequence
+// parallelism (query and key/value heads split), the composed dp x tp x pp with ZeRO-1 and
+// recompute train a Llama (tests/llama_equivalence.hpp) exactly like one rank, by the comparisons
+// of chapters 04 to 07 and 10 (tests/dp_equivalence.hpp), and so does context parallelism
+// (chapter 14) without grouped heads; what it cannot be split over yet (tp above n_kv_head,
+// grouped heads over cp) is refused by name.
+#include "cp_equivalence.hpp"
+#include "fourd_equivalence.hpp"
 #include "llama_equivalence.hpp"
 #include "plan_run.hpp"
 #include "pp_equivalence.hpp"
+#include "tp_equivalence.hpp"
 #include "zero_equivalence.hpp"
 
 #include "comm/launch.hpp"
@@ -134,23 +139,84 @@ TEST_CASE("A llama on PP x DP 2 x 2 equals one rank (fp32, rel 1e-5)", "[paralle
   for (const RunRecord& got : records) require_llama_equal(want, got);
 }
 
-TEST_CASE("The model that tensor, expert and context parallelism split (TpGPT) refuses a llama by "
-          "name, before any step",
+TEST_CASE("A llama under tensor parallelism equals one rank: tp 2, with sequence parallelism, "
+          "and dp 2 x tp 2; query and key/value heads split over tp (fp32, rel 1e-5)",
+          "[parallel][llama][tp]") {
+  for (bool sp : {false, true})
+    for (bool tied : {false, true})
+      DYNAMIC_SECTION("tp 2" << (sp ? " with sp" : "") << (tied ? ", tied" : ", untied")) {
+        const io::RunConfig config = as_llama(tp_run_config(1, 2, 2, false), tied);
+        TpLayout layout;
+        layout.sequence_parallel = sp;
+        require_llama_equal(reference_run(config, 1), llama_on_ranks(2, [&](comm::Communicator& w) {
+                              return tp_run(w, 1, config, layout);
+                            }));
+      }
+  SECTION("dp 2 x tp 2") {
+    const io::RunConfig config = as_llama(tp_run_config(2, 1, 2, false));
+    require_llama_equal(reference_run(config, 2), llama_on_ranks(4, [&](comm::Communicator& w) {
+                          return tp_run(w, 2, config);
+                        }));
+  }
+}
+
+TEST_CASE("A llama on the composed dp 2 x tp 2 x pp 2 with ZeRO-1 equals one rank (fp32, rel "
+          "1e-5)",
+          "[parallel][llama][4d]") {
+  const io::RunConfig config = as_llama(fourd_run_config(2, 2, false));
+  FourdLayout l;
+  l.dp = l.tp = l.pp = 2;
+  l.zero = 1;
+  const FourdReference want = fourd_reference(config, 2);
+  std::vector<FourdRecord> records(8);
+  comm::run_threads(
+      8,
+      [&](comm::Communicator& world) {
+        records[static_cast<std::size_t>(world.rank())] = fourd_run(world, config, l);
+      },
+      comm::testing::test_options(std::chrono::seconds(60)));
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    INFO("rank " << r << ": worst loss error " << worst_loss_error(want, records[r]));
+    CHECK(compare_fourd(want, records[r], kLlamaTolerance) == "");
+  }
+}
+
+TEST_CASE("A llama without grouped heads under context parallelism equals one rank: the rotary "
+          "positions follow each rank's chunks, load-balanced and contiguous (float64 1e-10, "
+          "float32 1e-5)",
+          "[parallel][llama][cp]") {
+  for (DType dtype : {DType::Float64, DType::Float32})
+    for (cp::Split split : {cp::Split::LoadBalanced, cp::Split::Contiguous})
+      DYNAMIC_SECTION(dtype_name(dtype) << ", " << cp::split_name(split)) {
+        io::RunConfig config = as_llama(dp_run_config(1, 2, 2, false, dtype));
+        config.model.n_kv_head = 0; // one key/value head per query head: what the ring carries
+        const CpRecord want = cp_reference(config, 1);
+        std::vector<CpRecord> got(2);
+        comm::run_threads(
+            2,
+            [&](comm::Communicator& world) {
+              got[static_cast<std::size_t>(world.rank())] = cp_run(world, 2, config, split);
+            },
+            comm::testing::test_options(std::chrono::seconds(60)));
+        for (const CpRecord& r : got)
+          CHECK(compare_cp(want, r, dtype == DType::Float64 ? 1e-10 : kLlamaTolerance) == "");
+      }
+}
+
+TEST_CASE("What a llama cannot be split over yet is refused by name before any step: tp above "
+          "n_kv_head (a key/value head on several ranks), and grouped-query heads over cp",
           "[parallel][llama]") {
-  io::RunConfig config = as_llama(dp_run_config(1, 2, 1, false));
-  mesh::ParallelPlan tp;
-  tp.tp = 2;
+  const io::RunConfig config = as_llama(tp_run_config(1, 2, 1, false)); // 4 heads on 2 kv heads
+  mesh::ParallelPlan tp4;
+  tp4.tp = 4;
   mesh::ParallelPlan cp;
   cp.cp = 2;
-  mesh::ParallelPlan pp_zero;
-  pp_zero.pp = 2;
-  pp_zero.zero = 1;
-  for (const mesh::ParallelPlan& plan : {tp, cp, pp_zero}) {
-    std::string refused;
-    (void)run_plan(plan, config, &refused);
-    INFO(refused);
-    CHECK(refused.find("model.arch = \"gpt2\"") != std::string::npos);
-    CHECK(refused.find("found \"llama\"") != std::string::npos);
-    CHECK(refused.find("--zero 1 to 3, or --pp (with --dp)") != std::string::npos);
-  }
+  std::string refused;
+  (void)run_plan(tp4, config, &refused);
+  CHECK_THAT(refused, Catch::Contains("expected model.n_kv_head (2) divisible by tp = 4") &&
+                          Catch::Contains("a tp above n_kv_head would need each key/value head "
+                                          "copied onto several ranks"));
+  (void)run_plan(cp, config, &refused);
+  CHECK_THAT(refused, Catch::Contains("found model.n_kv_head = 2 of model.n_head = 4") &&
+                          Catch::Contains("set model.n_kv_head = 0"));
 }

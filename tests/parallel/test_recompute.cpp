@@ -6,7 +6,7 @@
 // the second run), tp 2 with sequence parallelism, pp 2 with 1F1B and ZB-H1, the composed dp 2 x
 // tp 2 x pp 2 with ep 2 and ZeRO-1, and cp 2 (the ring runs again in the backward). Recompute of
 // only each stage's first blocks (train.recompute_blocks) runs only those again, same bits. A
-// llama (grouped-query attention, rotary positions) too: one rank, ZeRO-3 and pp 2.
+// llama (grouped-query attention, rotary positions) too: one rank, ZeRO-3, pp 2 and tp 2 with sp.
 #include "autograd/recompute.hpp"
 #include "comm/launch.hpp"
 #include "dp_equivalence.hpp"
@@ -120,8 +120,9 @@ TEST_CASE("Recompute gives the same steps bit for bit: ZeRO-3, tp with sp, pp (1
   }
 }
 
-TEST_CASE("Recompute gives a llama's steps bit for bit: one rank, ZeRO-3, pp 2 (1F1B)",
-          "[parallel][recompute][llama]") {
+TEST_CASE(
+    "Recompute gives a llama's steps bit for bit: one rank, ZeRO-3, pp 2 (1F1B), tp 2 with sp",
+    "[parallel][recompute][llama]") {
   mesh::ParallelPlan one;
   CHECK(recompute_difference(one, as_llama(dp_run_config(1, 2, 2, false))) == "");
   mesh::ParallelPlan zero3;
@@ -132,6 +133,10 @@ TEST_CASE("Recompute gives a llama's steps bit for bit: one rank, ZeRO-3, pp 2 (
   pp.pp = 2;
   pp.schedule = "1f1b";
   CHECK(recompute_difference(pp, as_llama(fourd_run_config(1, 4, false))) == "");
+  mesh::ParallelPlan tp;
+  tp.tp = 2;
+  tp.sequence_parallel = true;
+  CHECK(recompute_difference(tp, as_llama(fourd_run_config(1, 2, false))) == "");
 }
 
 TEST_CASE("Recompute gives the same steps bit for bit: dp2 x tp2 x pp2 with ep2 and ZeRO-1, cp 2",
