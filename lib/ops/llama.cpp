@@ -37,12 +37,15 @@ Tensor rms_norm(const Tensor& x, const Tensor& gamma, double eps) {
   }
   return record_op("rms_norm", y, {x, gamma},
                    [x = x.detach(), gamma = gamma.detach(), r, stats](const Tensor& g) {
+                     Tensor dx, dgamma; // in x's and gamma's dtypes
+                     // EXERCISE 2.4 begin: RMSNorm's backward
                      const Tensor xhat = cast(x, stats) * r;
                      const Tensor gs = cast(g, stats);
                      const Tensor h = gs * cast(gamma, stats);
-                     const Tensor dx = r * (h - xhat * mean(h * xhat, {-1}, true));
-                     const Tensor dgamma = sum_to(gs * xhat, Shape({x.size(-1)}));
-                     return Grads{cast(dx, x.dtype()), cast(dgamma, gamma.dtype())};
+                     dx = cast(r * (h - xhat * mean(h * xhat, {-1}, true)), x.dtype());
+                     dgamma = cast(sum_to(gs * xhat, Shape({x.size(-1)})), gamma.dtype());
+                     // EXERCISE 2.4 end
+                     return Grads{dx, dgamma};
                    });
 }
 
@@ -50,9 +53,13 @@ namespace {
 // Turns each pair (x_i, x_{i + D/2}) of the last axis by the angle whose cosine and sine are
 // cos_i, sin_i: Hugging Face's rotate_half convention (the two halves, not adjacent channels).
 Tensor rotate_pairs(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  Tensor y; // x's shape; cos and sin [T, D/2] broadcast over x's leading axes
+  // EXERCISE 2.5 begin: rotary positions, turning the channel pairs
   const std::int64_t half = x.size(-1) / 2;
   const Tensor x1 = slice(x, -1, 0, half), x2 = slice(x, -1, half, 2 * half);
-  return concat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+  y = concat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+  // EXERCISE 2.5 end
+  return y;
 }
 } // namespace
 

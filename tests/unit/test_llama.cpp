@@ -102,9 +102,25 @@ TEST_CASE("rms_norm is x / sqrt(mean(x^2) + eps) * gamma, row by row", "[unit][l
   CHECK(max_difference(got, want) < 1e-14);
 }
 
+TEST_CASE("rms_norm's backward equals finite differences (float64)", "[unit][llama][ex2.4]") {
+  const Tensor x = Tensor::randn({3, 6}, 4, 0, DType::Float64, 0.3, 1.5).set_requires_grad();
+  const Tensor gamma = Tensor::randn({6}, 4, 1, DType::Float64, 1.0, 0.5).set_requires_grad();
+  const Tensor w = Tensor::randn({3, 6}, 4, 2, DType::Float64);
+  auto f = [&](const std::vector<Tensor>& in) { return sum(rms_norm(in[0], in[1], 1e-3) * w); };
+  CHECK(autograd::check_gradients(f, {x, gamma}) <= 1.0);
+}
+
+TEST_CASE("rope's backward equals finite differences (float64)", "[unit][llama][ex2.5]") {
+  const auto [cos, sin] = angle_tables(5, 8, 10.0);
+  const Tensor x = Tensor::randn({2, 3, 5, 8}, 5, 0, DType::Float64).set_requires_grad();
+  const Tensor w = Tensor::randn({2, 3, 5, 8}, 5, 1, DType::Float64);
+  auto f = [&](const std::vector<Tensor>& in) { return sum(rope(in[0], cos, sin) * w); };
+  CHECK(autograd::check_gradients(f, {x}) <= 1.0);
+}
+
 TEST_CASE("rope turns channel pairs (i, i + D/2) by p theta^(-2i/D), Hugging Face's convention, "
           "and the test tells it from the adjacent-pairs one",
-          "[unit][llama]") {
+          "[unit][llama][ex2.5]") {
   const std::int64_t B = 2, H = 3, T = 5, D = 8;
   const double theta = 10000.0;
   const Tensor x = Tensor::randn({B, H, T, D}, 2, 0, DType::Float64);
@@ -115,7 +131,8 @@ TEST_CASE("rope turns channel pairs (i, i + D/2) by p theta^(-2i/D), Hugging Fac
   CHECK(max_difference(got, rotated(x.to_vector(), B * H, T, D, theta, true)) > 0.1);
 }
 
-TEST_CASE("After rope, q.k depends only on the distance between the positions", "[unit][llama]") {
+TEST_CASE("After rope, q.k depends only on the distance between the positions",
+          "[unit][llama][ex2.5]") {
   const std::int64_t T = 8, D = 4;
   const auto [cos, sin] = angle_tables(T, D, 100.0);
   // the same q at every position, the same k at every position
@@ -186,19 +203,19 @@ TEST_CASE("A llama has Hugging Face Llama's pieces under tinyscale's names: no w
   const nn::GPT model(c, 1);
   std::map<std::string, Shape> shapes;
   for (const auto& p : model.parameters()) shapes.emplace(p.name, p.tensor.shape());
-  const std::int64_t C = 16, KV = 2 * 4, F = 24, V = 11;
-  const std::map<std::string, Shape> want = {{"wte.weight", Shape({V, C})},
-                                             {"h.0.ln_1.weight", Shape({C})},
-                                             {"h.0.attn.q_proj.weight", Shape({C, C})},
-                                             {"h.0.attn.k_proj.weight", Shape({C, KV})},
-                                             {"h.0.attn.v_proj.weight", Shape({C, KV})},
-                                             {"h.0.attn.o_proj.weight", Shape({C, C})},
-                                             {"h.0.ln_2.weight", Shape({C})},
-                                             {"h.0.mlp.gate_proj.weight", Shape({C, F})},
-                                             {"h.0.mlp.up_proj.weight", Shape({C, F})},
-                                             {"h.0.mlp.down_proj.weight", Shape({F, C})},
-                                             {"ln_f.weight", Shape({C})},
-                                             {"lm_head.weight", Shape({V, C})}};
+  const std::int64_t width = 16, kv_width = 2 * 4, ffn = 24, vocab = 11;
+  const std::map<std::string, Shape> want = {{"wte.weight", Shape({vocab, width})},
+                                             {"h.0.ln_1.weight", Shape({width})},
+                                             {"h.0.attn.q_proj.weight", Shape({width, width})},
+                                             {"h.0.attn.k_proj.weight", Shape({width, kv_width})},
+                                             {"h.0.attn.v_proj.weight", Shape({width, kv_width})},
+                                             {"h.0.attn.o_proj.weight", Shape({width, width})},
+                                             {"h.0.ln_2.weight", Shape({width})},
+                                             {"h.0.mlp.gate_proj.weight", Shape({width, ffn})},
+                                             {"h.0.mlp.up_proj.weight", Shape({width, ffn})},
+                                             {"h.0.mlp.down_proj.weight", Shape({ffn, width})},
+                                             {"ln_f.weight", Shape({width})},
+                                             {"lm_head.weight", Shape({vocab, width})}};
   for (const auto& [name, shape] : want) {
     INFO(name);
     REQUIRE(shapes.count(name) == 1);
@@ -210,25 +227,26 @@ TEST_CASE("A llama has Hugging Face Llama's pieces under tinyscale's names: no w
   CHECK(nn::gpt_parameter_count(c) == elements);
   nn::ModelConfig tied = c;
   tied.tie_embeddings = true;
-  CHECK(nn::gpt_parameter_count(tied) == elements - V * C);
+  CHECK(nn::gpt_parameter_count(tied) == elements - vocab * width);
 }
 
 TEST_CASE("A llama's FLOPs: the analytic count (GQA's narrower k and v, SwiGLU's three matrices) "
           "equals the products it executes",
-          "[unit][llama][flops]") {
+          "[unit][llama][flops][ex2.3]") {
   nn::ModelConfig c = llama_tiny(DType::Float32);
   c.n_embd = 32;
   c.ffn_hidden = 40;
   const std::int64_t B = 2, T = 8;
+  const metrics::ModelFlops f = metrics::model_flops(c, T); // exercise 2.3's, before the model's
   nn::GPT model(c, 1);
   const Tensor ids = llama_ids(B, T, c.vocab_size, 1);
   metrics::FlopCounter counter;
   backward(model.forward(ids, ids, {}).loss);
   const double counted = static_cast<double>(counter.flops()) / static_cast<double>(B * T);
-  const metrics::ModelFlops f = metrics::model_flops(c, T);
   // N = 2 layers x (2 C^2 + 2 C (KV = 16) + 3 C F) + V C
-  const double C = 32, KV = 16, F = 40, V = 11;
-  CHECK(f.matmul_params == 2 * (2 * C * C + 2 * C * KV + 3 * C * F) + V * C);
+  const double width = 32, kv_width = 16, ffn = 40, vocab = 11;
+  CHECK(f.matmul_params ==
+        2 * (2 * width * width + 2 * width * kv_width + 3 * width * ffn) + vocab * width);
   CHECK(f.train_per_token == counted);
 }
 
