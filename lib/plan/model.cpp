@@ -18,14 +18,33 @@ void ModelShape::validate() const {
            "found E ", experts, ", k ", top_k, ", every ", moe_every);
 }
 
+double ModelShape::qkv_weights() const {
+  const double h = static_cast<double>(hidden), kv_width = static_cast<double>(kv()) * h / heads;
+  return h * (h + 2 * kv_width);
+}
+
+double ModelShape::mlp_in_weights() const {
+  return (gated ? 2.0 : 1.0) * static_cast<double>(hidden) * static_cast<double>(mlp_width());
+}
+
+double ModelShape::split_activations() const {
+  const double h = static_cast<double>(hidden), f = static_cast<double>(mlp_width());
+  return 4 + 4.0 * kv() / heads + (gated ? 8 : 4) * f / h;
+}
+
 double attention_parameters(const ModelShape& m) {
   const double h = static_cast<double>(m.hidden);
-  return 4 * h * h + 8 * h; // QKV [h, 3h] + proj [h, h] + their 4h biases + two LayerNorms (4h)
+  // QKV [h, h + 2 kv d] + proj [h, h], with GPT-2: their biases (h + 2 kv d + h) and two
+  // LayerNorms (4h), 4h^2 + 8h; without: two RMSNorm gains (2h)
+  const double weights = m.qkv_weights() + h * h;
+  if (!m.biases) return weights + 2 * h;
+  return weights + (m.qkv_weights() / h + h) + 4 * h;
 }
 
 double mlp_parameters(const ModelShape& m) {
-  const double h = static_cast<double>(m.hidden);
-  return 8 * h * h + 5 * h; // [h, 4h] + [4h, h] and their biases
+  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.mlp_width());
+  // [h, f] (twice when gated) + [f, h]; GPT-2's biases f + h: 8h^2 + 5h at f = 4h
+  return m.mlp_in_weights() + f * h + (m.biases ? f + h : 0);
 }
 
 namespace {
@@ -41,14 +60,19 @@ double total_parameters(const ModelShape& m) {
     p += attention_parameters(m);
     p += is_moe(m, layer) ? m.experts * mlp_parameters(m) + h * m.experts : mlp_parameters(m);
   }
-  return p + static_cast<double>(m.vocab + m.seq) * h; // token and position embeddings
+  p += static_cast<double>(m.vocab) * h * (m.tied ? 1 : 2); // token embedding (and the head)
+  if (m.positions) p += static_cast<double>(m.seq) * h;
+  if (m.final_norm) p += m.biases ? 2 * h : h;
+  return p;
 }
 
 double layer_forward_flops(const ModelShape& m, int layer) {
   const double h = static_cast<double>(m.hidden), s = static_cast<double>(m.seq);
-  const double attention = 8 * s * h * h + 4 * s * s * h; // QKV, proj; QK^T and AV
-  if (!is_moe(m, layer)) return attention + 16 * s * h * h;
-  return attention + m.top_k * 16 * s * h * h + 2 * s * h * m.experts;
+  // QKV, proj (8 s h^2 for GPT-2); QK^T and AV over every query head
+  const double attention = 2 * s * (m.qkv_weights() + h * h) + 4 * s * s * h;
+  const double mlp = 2 * s * (m.mlp_in_weights() + static_cast<double>(m.mlp_width()) * h);
+  if (!is_moe(m, layer)) return attention + mlp;
+  return attention + m.top_k * mlp + 2 * s * h * m.experts;
 }
 
 double logit_forward_flops(const ModelShape& m) {
@@ -73,6 +97,31 @@ double selective_flops_per_iteration(const ModelShape& m, std::int64_t batch) {
   return model_flops_per_iteration(m, batch) +
          m.layers * 4 * s * s * h * static_cast<double>(batch);
 }
+
+namespace {
+// Grattafiori et al. 2024 ("The Llama 3 Herd of Models"), Table 3: layers, width, its FFN width
+// and heads; 8 key/value heads, a 128,256-token vocabulary and an untied head for all three;
+// trained at 8,192 tokens before the long-context stage.
+// (rope_theta, 500,000, sets no size: the planner does not need it.)
+ModelShape llama3(const char* name, int l, std::int64_t h, int a, std::int64_t ffn) {
+  return ModelShape{.name = name,
+                    .layers = l,
+                    .hidden = h,
+                    .heads = a,
+                    .vocab = 128256,
+                    .seq = 8192,
+                    .note = "Grattafiori et al. 2024, Table 3 (8 key/value heads, SwiGLU, "
+                            "RMSNorm, untied head, rotary positions)",
+                    .kv_heads = 8,
+                    .ffn = ffn,
+                    .gated = true,
+                    .biases = false,
+                    .tied = false,
+                    .positions = false,
+                    .final_norm = true,
+                    .dropout = false};
+}
+} // namespace
 
 std::vector<ModelShape> model_presets() {
   // Narayanan et al. 2021, Table 1: V = 51,200, s = 2048 for every row.
@@ -112,6 +161,9 @@ std::vector<ModelShape> model_presets() {
                  .note = "Llama-2-70B-like: GPT-style layers (12h^2 parameters, 4h MLP, full "
                          "multi-head attention) approximate its grouped-query attention and "
                          "SwiGLU MLP: 64.4B parameters in the blocks against Llama's 68.5B"},
+      llama3("llama3-8b", 32, 4096, 32, 14336),
+      llama3("llama3-70b", 80, 8192, 64, 28672),
+      llama3("llama3-405b", 126, 16384, 128, 53248),
   };
 }
 
@@ -130,7 +182,7 @@ ModelShape shape_of(const nn::ModelConfig& cfg, std::int64_t seq, const std::str
   cfg.validate();
   TS_CHECK(seq >= 1 && seq <= cfg.n_positions, "model '", name,
            "': expected a sequence length of 1 to n_positions = ", cfg.n_positions,
-           " (the learned positions the model has), found ", seq,
+           " (the positions the model has), found ", seq,
            "; pass a smaller --seq or raise n_positions in [model]");
   ModelShape m{.name = name,
                .layers = cfg.n_layer,
@@ -138,10 +190,15 @@ ModelShape shape_of(const nn::ModelConfig& cfg, std::int64_t seq, const std::str
                .heads = cfg.n_head,
                .vocab = cfg.vocab_size,
                .seq = seq,
-               .note = cfg.llama() || !cfg.tie_embeddings
-                           ? "a llama config, priced as GPT-2 blocks (grouped-query attention, "
-                             "SwiGLU and an untied head approximated)"
-                           : ""};
+               .note = "",
+               .kv_heads = cfg.kv_heads(),
+               .ffn = cfg.n_inner(),
+               .gated = cfg.llama(),
+               .biases = !cfg.llama() || cfg.bias, // GPT-2's counted as eq. 2 counts them
+               .tied = cfg.tie_embeddings,
+               .positions = !cfg.llama(),
+               .final_norm = cfg.llama(),
+               .dropout = !cfg.llama() || cfg.dropout > 0}; // GPT-2's as Table 2 counts them
   if (cfg.moe.every > 0 && cfg.moe.n_experts > 0) {
     m.experts = cfg.moe.n_experts;
     m.top_k = cfg.moe.top_k;

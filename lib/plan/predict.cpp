@@ -157,8 +157,11 @@ std::vector<StagePrice> stage_prices(const ModelShape& model, const PlanLayout& 
       price.backward_compute += (1 + redo) * f + core;
       price.weight_compute += f;
       price.forward_tp += 2 * tp_all_reduce;
-      price.backward_tp += 2 * redo * tp_all_reduce + exposed(6 * b * s * h * h / t) +
-                           exposed((moe ? model.top_k : 1) * 8 * b * s * h * h / t);
+      // the weight gradients of QKV (6 b s h^2 / t for GPT-2) and of the MLP's first matmul
+      // (8 b s h^2 / t; a gated MLP's two)
+      price.backward_tp +=
+          2 * redo * tp_all_reduce + exposed(2 * b * s * model.qkv_weights() / t) +
+          exposed((moe ? model.top_k : 1) * 2 * b * s * model.mlp_in_weights() / t);
       if (moe) {
         price.forward_ep += 2 * ep_all_to_all; // dispatch and combine
         price.backward_ep += (2 + 2 * redo) * ep_all_to_all;

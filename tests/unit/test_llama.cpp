@@ -6,6 +6,7 @@
 #include "autograd/gradcheck.hpp"
 #include "metrics/flop_counter.hpp"
 #include "metrics/flops.hpp"
+#include "plan/memory.hpp"
 #include "plan/model.hpp"
 #include "require_ts_error.hpp"
 #include "tinyscale.hpp"
@@ -340,15 +341,57 @@ TEST_CASE("A llama learns: 60 steps on the Markov source take its loss well belo
   CHECK(last < 0.65 * first);                            // 3.47 from 5.55 when written
 }
 
-TEST_CASE("What does not handle a llama yet says so: export-hf refuses it by name, the planner "
-          "notes that it prices it as GPT-2 blocks",
+TEST_CASE("What does not handle a llama yet says so: export-hf refuses it by name",
           "[unit][llama]") {
   const nn::ModelConfig c = llama_tiny(DType::Float32);
   const nn::GPT model(c, 1);
   REQUIRE_TS_ERROR(io::export_hf("/tmp/tinyscale-llama-export-refused", c, model.parameters()),
                    Catch::Contains("found model.arch = \"llama\"") &&
                        Catch::Contains("Llama layout is not written yet"));
-  CHECK_THAT(plan::shape_of(c, 8, "llama-tiny").note,
-             Catch::Contains("a llama config, priced as GPT-2 blocks"));
-  CHECK(plan::shape_of(nn::ModelConfig{}, 8, "gpt2").note.empty());
+}
+
+TEST_CASE("The planner prices a llama exactly: Llama 3's published parameter counts, a llama "
+          "config's count equal to the model's, FLOPs equal to the model's count, and GPT-2's "
+          "activation coefficients unchanged",
+          "[unit][llama][plan]") {
+  // Hugging Face's counts of Meta's checkpoints (every weight, the final norm included)
+  CHECK(plan::total_parameters(plan::model_preset("llama3-8b")) == 8030261248.0);
+  CHECK(plan::total_parameters(plan::model_preset("llama3-70b")) == 70553706496.0);
+  CHECK(plan::total_parameters(plan::model_preset("llama3-405b")) == 405853388800.0);
+  for (bool tied : {false, true}) {
+    nn::ModelConfig c = llama_tiny(DType::Float32);
+    c.tie_embeddings = tied;
+    const plan::ModelShape shape = plan::shape_of(c, 8, "llama-tiny");
+    CHECK(plan::total_parameters(shape) == static_cast<double>(nn::gpt_parameter_count(c)));
+    // 3 x forward of one sequence = 6N + 12 l h s per token, times the tokens
+    CHECK(plan::model_flops_per_iteration(shape, 2) ==
+          Approx(metrics::model_flops(c, 8).train_per_token * 2 * 8).epsilon(1e-12));
+  }
+  const plan::ModelShape gpt = plan::model_preset("megatron-1.7b");
+  CHECK(gpt.replicated_activations() == 10);
+  CHECK(gpt.split_activations() == 24);
+  CHECK(gpt.map_activations() == 5);
+  // Llama 3 8B: Q and the projection's input 4, K and V 4 x 8/32, SwiGLU 8 x 14336/4096; no
+  // dropout masks, the softmax output only
+  const plan::ModelShape l8 = plan::model_preset("llama3-8b");
+  CHECK(l8.replicated_activations() == 8);
+  CHECK(l8.split_activations() == 4 + 1 + 28);
+  CHECK(l8.map_activations() == 2);
+  CHECK(plan::model_preset("llama2-70b").note.find("approximate") != std::string::npos);
+}
+
+TEST_CASE("The planner's parameters per pipeline rank of a llama add up to the model's: the "
+          "embedding on the first stage, the untied head and the final norm on the last",
+          "[unit][llama][plan]") {
+  nn::ModelConfig c = llama_tiny(DType::Float32);
+  c.n_layer = 4;
+  const plan::ModelShape shape = plan::shape_of(c, 8, "llama-tiny");
+  for (int p : {1, 2, 4}) {
+    plan::PlanLayout layout;
+    layout.pp = p;
+    double sum = 0;
+    for (int rank = 0; rank < p; ++rank) sum += plan::rank_parameters(shape, layout, rank).dense;
+    INFO("pp " << p);
+    CHECK(sum == static_cast<double>(nn::gpt_parameter_count(c)));
+  }
 }

@@ -78,16 +78,18 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   });
 }
 
-// silu(x) = x s with s = sigmoid(x) = 1 / (1 + exp(-x)); silu'(x) = s (1 + x (1 - s)).
+// silu(x) = x s with s = sigmoid(x) = 1 / (1 + exp(-x)); silu'(x) = s (1 + x (1 - s)). The
+// backward recomputes s from x rather than keep it: one tensor of the MLP's width less per layer.
 Tensor silu(const Tensor& x) {
   check_floating(x, "silu", "its input");
-  Tensor y, s;
+  auto sigmoid = [](const Tensor& z) { return rdiv_scalar(add_scalar(exp(neg(z)), 1.0), 1.0); };
+  Tensor y;
   {
     NoGradGuard no_grad;
-    s = rdiv_scalar(add_scalar(exp(neg(x)), 1.0), 1.0);
-    y = x * s;
+    y = x * sigmoid(x);
   }
-  return record_op("silu", y, {x}, [x = x.detach(), s](const Tensor& g) {
+  return record_op("silu", y, {x}, [x = x.detach(), sigmoid](const Tensor& g) {
+    const Tensor s = sigmoid(x);
     return Grads{g * s * add_scalar(x * rsub_scalar(s, 1.0), 1.0)};
   });
 }

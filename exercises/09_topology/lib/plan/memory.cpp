@@ -13,6 +13,9 @@ double activation_bytes_per_layer(const ModelShape& m, int micro_batch, int tp,
            "and tp >= 1, found b ", micro_batch, ", t ", tp);
   const double s = static_cast<double>(m.seq), b = micro_batch, h = static_cast<double>(m.hidden);
   const double a = m.heads, t = tp;
+  // GPT-2's coefficients 10, 24 and 5, or a Llama's (grouped K and V, SwiGLU, no dropout)
+  const double whole = m.replicated_activations(), split = m.split_activations();
+  const double maps = m.map_activations();
   double bytes = 0;
   // EXERCISE 9.2 begin: activation bytes of one layer (Korthikanti Table 2)
   ::tinyscale::exercise_not_done("9.2", "ex09", __FILE__);
@@ -26,7 +29,9 @@ double ring_activation_bytes_per_layer(const ModelShape& m, int micro_batch, int
            "micro_batch, tp and cp >= 1, found b ", micro_batch, ", t ", tp, ", cp ", cp);
   const double s = static_cast<double>(m.seq) / cp, b = micro_batch;
   const double h = static_cast<double>(m.hidden), t = tp;
-  return recompute == Recompute::Full ? 2 * s * b * h : s * b * h * (10 + 24 / t);
+  return recompute == Recompute::Full
+             ? 2 * s * b * h
+             : s * b * h * (m.replicated_activations() + m.split_activations() / t);
 }
 
 RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, int rank) {
@@ -51,8 +56,10 @@ RankParameters rank_parameters(const ModelShape& m, const PlanLayout& layout, in
     }
   }
   const double embedding = static_cast<double>(m.vocab) * h / layout.tp; // vocab-parallel
-  if (rank == 0) out.embeddings += embedding + static_cast<double>(m.seq) * h;
-  if (rank == p - 1 && p > 1) out.embeddings += embedding; // the tied head's copy on the last stage
+  if (rank == 0) out.embeddings += embedding + (m.positions ? static_cast<double>(m.seq) * h : 0);
+  // the head on the last stage: the tied embedding's copy (p > 1), or a head of its own (untied)
+  if (rank == p - 1 && (p > 1 || !m.tied)) out.embeddings += embedding;
+  if (rank == p - 1 && m.final_norm) out.embeddings += m.biases ? 2 * h : h;
   out.dense += out.embeddings;
   return out;
 }
