@@ -140,7 +140,7 @@ TEST_CASE("A llama on PP x DP 2 x 2 equals one rank (fp32, rel 1e-5)", "[paralle
 }
 
 TEST_CASE("A llama under tensor parallelism equals one rank: tp 2, with sequence parallelism, "
-          "and dp 2 x tp 2; query and key/value heads split over tp (fp32, rel 1e-5)",
+          "and dp 2 x tp 2, query and key/value heads split over tp (fp32, rel 1e-5)",
           "[parallel][llama][tp]") {
   for (bool sp : {false, true})
     for (bool tied : {false, true})

@@ -6,11 +6,13 @@
 // other and continues with losses within 1e-6 of the run that stayed in that layout.
 // The model: 4 blocks, two of them MoE with capacity factor 4 (nothing is dropped) and no
 // load-balancing loss, because both depend on how a batch is cut into micro-batches, which the
-// layouts change; the z-loss and dropout do not.
+// layouts change; the z-loss and dropout do not. A llama of the same size moves between the six
+// layouts without expert parallelism the same way.
 #include "dp/trainer.hpp"
 #include "dp_equivalence.hpp"
 #include "fourd/trainer.hpp"
 #include "io/checkpoint.hpp"
+#include "llama_equivalence.hpp"
 #include "mesh/mesh.hpp"
 #include "pp/trainer.hpp"
 #include "scratch_dir.hpp"
@@ -245,4 +247,38 @@ TEST_CASE("Each parameter is taken from the pipeline rank that trains it: wte an
                                            {"ln_f.weight", 1}};
   CHECK(seen[0] == want);
   CHECK(seen[1] == want);
+}
+
+TEST_CASE("A llama's checkpoint of any of six layouts resumes in any other and continues within "
+          "1e-6 of the run that stayed in that layout (the untied head, grouped heads split over "
+          "tp)",
+          "[resume][llama]") {
+  io::RunConfig config = as_llama(reshard_config());
+  config.model.moe = {}; // a llama's blocks have no experts
+  std::vector<Layout> all;
+  for (const Layout& l : layouts())
+    if (l.name.find("ep") == std::string::npos) all.push_back(l);
+  all.push_back({"dp 2 x tp 2 x pp 2, ZeRO-1", 8,
+                 [](comm::Communicator& world, const io::RunConfig& c, const std::string& from) {
+                   mesh::ParallelPlan plan;
+                   plan.dp = plan.tp = plan.pp = 2;
+                   plan.zero = 1;
+                   return mesh_run(world, c, from, plan);
+                 }});
+  REQUIRE(all.size() == 6);
+  testing::ScratchDir scratch;
+  std::vector<std::vector<double>> stayed;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    stayed.push_back(run(all[i], config, scratch / std::to_string(i)));
+  for (std::size_t from = 0; from < all.size(); ++from)
+    for (std::size_t to = 0; to < all.size(); ++to) {
+      if (from == to) continue;
+      const std::vector<double> moved =
+          run(all[to], config, scratch / ("moved-" + std::to_string(from * 10 + to)),
+              scratch / (std::to_string(from) + "/step_00000002"));
+      INFO(all[from].name << " -> " << all[to].name);
+      REQUIRE(moved.size() == static_cast<std::size_t>(kSteps - kSaveAt));
+      for (int s = kSaveAt; s < kSteps; ++s)
+        CHECK(moved[s - kSaveAt] == Approx(stayed[to][s]).epsilon(1e-6));
+    }
 }
