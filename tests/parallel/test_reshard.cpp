@@ -176,6 +176,26 @@ std::string bitwise_difference(const std::string& a, const std::string& b) {
   return "";
 }
 
+// Each layout of `all` saves at step 2; each of the others resumes it and trains to the end, and
+// its losses are within 1e-6 of the run that stayed in that (the target) layout.
+void check_reshard_matrix(const io::RunConfig& config, const std::vector<Layout>& all) {
+  testing::ScratchDir scratch;
+  std::vector<std::vector<double>> stayed;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    stayed.push_back(run(all[i], config, scratch / std::to_string(i)));
+  for (std::size_t from = 0; from < all.size(); ++from)
+    for (std::size_t to = 0; to < all.size(); ++to) {
+      if (from == to) continue;
+      const std::vector<double> moved =
+          run(all[to], config, scratch / ("moved-" + std::to_string(from * 10 + to)),
+              scratch / (std::to_string(from) + "/step_00000002"));
+      INFO(all[from].name << " -> " << all[to].name);
+      REQUIRE(moved.size() == static_cast<std::size_t>(kSteps - kSaveAt));
+      for (int s = kSaveAt; s < kSteps; ++s)
+        CHECK(moved[s - kSaveAt] == Approx(stayed[to][s]).epsilon(1e-6));
+    }
+}
+
 } // namespace
 
 TEST_CASE("A run stopped at step 2 and resumed in the same layout reproduces the uninterrupted "
@@ -201,21 +221,7 @@ TEST_CASE("A checkpoint of any of seven layouts resumes in any other and continu
           "[resume]") {
   const io::RunConfig config = reshard_config();
   const std::vector<Layout> all = layouts();
-  testing::ScratchDir scratch;
-  std::vector<std::vector<double>> stayed;
-  for (std::size_t i = 0; i < all.size(); ++i)
-    stayed.push_back(run(all[i], config, scratch / std::to_string(i)));
-  for (std::size_t from = 0; from < all.size(); ++from)
-    for (std::size_t to = 0; to < all.size(); ++to) {
-      if (from == to) continue;
-      const std::vector<double> moved =
-          run(all[to], config, scratch / ("moved-" + std::to_string(from * 10 + to)),
-              scratch / (std::to_string(from) + "/step_00000002"));
-      INFO(all[from].name << " -> " << all[to].name);
-      REQUIRE(moved.size() == static_cast<std::size_t>(kSteps - kSaveAt));
-      for (int s = kSaveAt; s < kSteps; ++s)
-        CHECK(moved[s - kSaveAt] == Approx(stayed[to][s]).epsilon(1e-6));
-    }
+  check_reshard_matrix(config, all);
 }
 
 TEST_CASE("Each parameter is taken from the pipeline rank that trains it: wte and wpe from the "
@@ -266,19 +272,5 @@ TEST_CASE("A llama's checkpoint of any of six layouts resumes in any other and c
                    return mesh_run(world, c, from, plan);
                  }});
   REQUIRE(all.size() == 6);
-  testing::ScratchDir scratch;
-  std::vector<std::vector<double>> stayed;
-  for (std::size_t i = 0; i < all.size(); ++i)
-    stayed.push_back(run(all[i], config, scratch / std::to_string(i)));
-  for (std::size_t from = 0; from < all.size(); ++from)
-    for (std::size_t to = 0; to < all.size(); ++to) {
-      if (from == to) continue;
-      const std::vector<double> moved =
-          run(all[to], config, scratch / ("moved-" + std::to_string(from * 10 + to)),
-              scratch / (std::to_string(from) + "/step_00000002"));
-      INFO(all[from].name << " -> " << all[to].name);
-      REQUIRE(moved.size() == static_cast<std::size_t>(kSteps - kSaveAt));
-      for (int s = kSaveAt; s < kSteps; ++s)
-        CHECK(moved[s - kSaveAt] == Approx(stayed[to][s]).epsilon(1e-6));
-    }
+  check_reshard_matrix(config, all);
 }

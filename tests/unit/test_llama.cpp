@@ -112,7 +112,8 @@ TEST_CASE("rms_norm's backward equals finite differences (float64)", "[unit][lla
 }
 
 TEST_CASE("rope's backward equals finite differences (float64)", "[unit][llama][ex2.5]") {
-  const auto [cos, sin] = angle_tables(5, 8, 10.0);
+  const std::pair<Tensor, Tensor> tables = angle_tables(5, 8, 10.0);
+  const Tensor cos = tables.first, sin = tables.second; // named: a lambda captures them
   const Tensor x = Tensor::randn({2, 3, 5, 8}, 5, 0, DType::Float64).set_requires_grad();
   const Tensor w = Tensor::randn({2, 3, 5, 8}, 5, 1, DType::Float64);
   auto f = [&](const std::vector<Tensor>& in) { return sum(rope(in[0], cos, sin) * w); };
