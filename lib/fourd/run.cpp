@@ -44,10 +44,6 @@ void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
   plan::check_layout_rules(plan, config); // every axis' rules, shared with the planner
 }
 
-bool splits_model(const mesh::ParallelPlan& plan) {
-  return plan.composed() || plan.tp > 1 || plan.ep > 1 || plan.cp > 1;
-}
-
 namespace {
 
 // Every layout that splits the model runs MeshTrainer; what it prints is its layout's: chapter
@@ -177,6 +173,13 @@ private:
   ep::LoadReport load_; // with ep alone: every rank's load of the last step
 };
 
+} // namespace
+
+namespace {
+// Whether `plan` splits the model (tp, ep, cp or a composed run): what fourd::MeshTrainer runs.
+bool splits_model(const mesh::ParallelPlan& plan) {
+  return plan.composed() || plan.tp > 1 || plan.ep > 1 || plan.cp > 1;
+}
 } // namespace
 
 std::unique_ptr<train::RankRun> make_mesh_run(const mesh::ParallelPlan& plan,

@@ -21,9 +21,6 @@ namespace tinyscale::fourd {
 void check_plan(const mesh::ParallelPlan& plan, const io::RunConfig& config,
                 const std::string& trace_path = "");
 
-/// Whether `plan` splits the model (tp, ep, cp or a composed run): what fourd::MeshTrainer runs.
-bool splits_model(const mesh::ParallelPlan& plan);
-
 /// Collective over `world`, whose size is plan.threads_world() on threads (or the mpirun world):
 /// this rank's run of `plan`. Any layout with tp, ep or cp, several axes, an explicit order or a
 /// topology runs MeshTrainer (make_mesh_run); pp alone chapter 06's executor on one rank's

@@ -22,22 +22,18 @@ SwiGlu::SwiGlu(ParameterList& params, const std::string& name, const ModelConfig
                 config.initializer_range / std::sqrt(2.0 * config.n_layer), config.bias, seed,
                 config.dtype) {}
 
-SwiGluFeedForward::SwiGluFeedForward(ParameterList& params, const std::string& name,
-                                     const ModelConfig& config, std::uint64_t seed)
-    : name_(name), dropout_(config.dropout), mlp_(params, name, config, seed) {}
-
-FeedForwardOutput SwiGluFeedForward::forward(const Tensor& x, const ForwardContext& ctx) const {
-  const Tensor y = ctx.dropout(mlp_.forward(x), dropout_, name_);
-  return FeedForwardOutput{y, Tensor(), Tensor(), std::nullopt};
-}
-
 DenseFeedForward::DenseFeedForward(ParameterList& params, const std::string& name,
                                    const ModelConfig& config, std::uint64_t seed)
-    : name_(name), dropout_(config.dropout), mlp_(params, name, config, seed) {}
+    : name_(name), dropout_(config.dropout) {
+  if (config.llama())
+    swiglu_.emplace(params, name, config, seed);
+  else
+    mlp_.emplace(params, name, config, seed);
+}
 
 FeedForwardOutput DenseFeedForward::forward(const Tensor& x, const ForwardContext& ctx) const {
-  const Tensor y = ctx.dropout(mlp_.forward(x), dropout_, name_);
-  return FeedForwardOutput{y, Tensor(), Tensor(), std::nullopt};
+  const Tensor h = mlp_ ? mlp_->forward(x) : swiglu_->forward(x);
+  return FeedForwardOutput{ctx.dropout(h, dropout_, name_), Tensor(), Tensor(), std::nullopt};
 }
 
 } // namespace tinyscale::nn

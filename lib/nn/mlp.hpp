@@ -69,20 +69,7 @@ struct SwiGlu {
   }
 };
 
-/// Llama's dense MLP sublayer (h.N.mlp) with output dropout.
-class SwiGluFeedForward : public FeedForward {
-public:
-  SwiGluFeedForward(ParameterList& params, const std::string& name, const ModelConfig& config,
-                    std::uint64_t seed);
-  FeedForwardOutput forward(const Tensor& x, const ForwardContext& ctx) const override;
-
-private:
-  std::string name_;
-  double dropout_;
-  SwiGlu mlp_;
-};
-
-/// GPT-2's dense MLP sublayer (h.N.mlp) with output dropout.
+/// The dense MLP sublayer (h.N.mlp) with output dropout: GPT-2's Mlp, or a llama's SwiGlu.
 class DenseFeedForward : public FeedForward {
 public:
   DenseFeedForward(ParameterList& params, const std::string& name, const ModelConfig& config,
@@ -92,7 +79,8 @@ public:
 private:
   std::string name_;
   double dropout_;
-  Mlp mlp_;
+  std::optional<Mlp> mlp_;       ///< gpt2
+  std::optional<SwiGlu> swiglu_; ///< llama
 };
 
 } // namespace tinyscale::nn

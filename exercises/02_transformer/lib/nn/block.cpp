@@ -23,9 +23,7 @@ Block::Block(ParameterList& params, int layer, const ModelConfig& config, std::u
       attn_(params, block_name(layer) + ".attn", config, seed, rope),
       ln_2_(block_norm(params, block_name(layer) + ".ln_2", config)) {
   const std::string mlp = block_name(layer) + ".mlp";
-  if (config.llama())
-    mlp_ = std::make_unique<SwiGluFeedForward>(params, mlp, config, seed);
-  else if (config.is_moe_layer(layer) && moe_layer)
+  if (config.is_moe_layer(layer) && moe_layer)
     mlp_ = moe_layer(params, mlp, layer, config, seed);
   else if (config.is_moe_layer(layer))
     mlp_ = std::make_unique<moe::MoeFeedForward>(params, mlp, layer, config, seed);
