@@ -1,5 +1,6 @@
-// `tinyscale export-hf DIR`: a checkpoint as a Hugging Face GPT-2 model (config.json +
-// model.safetensors) that `transformers.GPT2LMHeadModel.from_pretrained(DIR)` loads.
+// `tinyscale export-hf DIR`: a checkpoint as a Hugging Face GPT-2 or Llama model (config.json +
+// model.safetensors) that transformers' GPT2LMHeadModel or LlamaForCausalLM .from_pretrained(DIR)
+// loads.
 #include "commands.hpp"
 #include "data/bpe.hpp"
 #include "io/checkpoint.hpp"
@@ -54,9 +55,9 @@ void run_export(const ExportOptions& opt) {
 void add_export_hf(CLI::App& app) {
   using namespace export_hf_cmd;
   auto opt = std::make_shared<ExportOptions>();
-  auto* cmd = app.add_subcommand("export-hf",
-                                 "Write a checkpoint as a Hugging Face GPT-2 model (config.json + "
-                                 "safetensors; with --tokenizer, the tokenizer files too)");
+  auto* cmd = app.add_subcommand(
+      "export-hf", "Write a checkpoint as a Hugging Face GPT-2 or Llama model (config.json + "
+                   "safetensors; with --tokenizer, the tokenizer files too)");
   cmd->add_option("dir", opt->dir, "Output directory")->required();
   cmd->add_option("--checkpoint", opt->checkpoint,
                   "Checkpoint step directory or root (follows `latest`)")

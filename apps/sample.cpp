@@ -47,7 +47,7 @@ std::unique_ptr<nn::GPT> load_model(const SampleOptions& opt, std::string& sourc
     io::HfModel hf = io::import_hf(opt.hf);
     config = hf.config;
     weights.insert(hf.tensors.begin(), hf.tensors.end());
-    source = opt.hf + " (Hugging Face GPT-2)";
+    source = opt.hf + (config.llama() ? " (Hugging Face Llama)" : " (Hugging Face GPT-2)");
   } else {
     const io::Checkpoint c = io::read_checkpoint(opt.checkpoint);
     config = io::parse_config(c.config_toml, opt.checkpoint + " (manifest config)").model;
@@ -175,14 +175,16 @@ void add_sample(CLI::App& app) {
   using namespace sample_cmd;
   auto opt = std::make_shared<SampleOptions>();
   auto* cmd = app.add_subcommand(
-      "sample", "Generate text from a checkpoint or a Hugging Face GPT-2 folder (temperature, "
-                "top-k); prints the prompt and what the model writes after it");
+      "sample",
+      "Generate text from a checkpoint or a Hugging Face GPT-2 or Llama folder (temperature, "
+      "top-k); prints the prompt and what the model writes after it");
   cmd->add_option("--checkpoint", opt->checkpoint,
                   "Checkpoint step directory or root (follows `latest`)")
       ->capture_default_str();
-  cmd->add_option("--hf", opt->hf,
-                  "Sample from a Hugging Face GPT-2 folder (config.json + model.safetensors) "
-                  "instead of a checkpoint");
+  cmd->add_option(
+      "--hf", opt->hf,
+      "Sample from a Hugging Face GPT-2 or Llama folder (config.json + model.safetensors) "
+      "instead of a checkpoint");
   cmd->add_option("--tokenizer", opt->tokenizer,
                   "GPT-2 tokenizer folder (vocab.json + merges.txt); without it tokens are bytes, "
                   "as the `text` data source trains them");

@@ -57,7 +57,7 @@ struct TrainOptions {
   bool no_prefetch = false;
   std::string backend = "auto";
   std::string trace_path;
-  std::string init_from;       // --init-from: a Hugging Face GPT-2 folder
+  std::string init_from;       // --init-from: a Hugging Face GPT-2 or Llama folder
   std::string init_checkpoint; // its weights as this run's step-0 checkpoint (run_train writes it)
   std::string init_note;       // what run_loop prints about it
 };
@@ -457,7 +457,7 @@ void add_train(CLI::App& app) {
   resume->option_text("[DIR]");
   resume->expected(0, 1);
   cmd->add_option("--init-from", opt->init_from,
-                  "Start from the weights of a Hugging Face GPT-2 folder (config.json + "
+                  "Start from the weights of a Hugging Face GPT-2 or Llama folder (config.json + "
                   "model.safetensors, e.g. from export-hf or the hub's gpt2) to fine-tune or "
                   "evaluate it: the model's shape comes from the folder, the rest of the run "
                   "from the config; every layout loads it; a resumed run ignores it")

@@ -36,16 +36,18 @@ inline double relative_error(const Tensor& got, const Tensor& want) {
 }
 
 /// The worst relative error of ring attention on `cp` against one rank: the output and the q, k
-/// and v gradients of a weighted sum of it, on shape [B, H, T, D] = [2, 2, seq_len, 8].
-/// `told` is the split ring_attention is told; the data are always cut with `split` (a negative
-/// control passes a different one).
+/// and v gradients of a weighted sum of it, on q of shape [B, H, T, D] = [2, 2, seq_len, 8] and k,
+/// v of [2, kv_heads, seq_len, 8] (1: grouped-query attention, both query heads on one). `told` is
+/// the split ring_attention is told; the data are always cut with `split` (a negative control
+/// passes a different one).
 inline double ring_attention_error(comm::Communicator& cp, cp::Split split, DType dtype,
-                                   Device device, std::int64_t seq_len, cp::Split told) {
-  const Shape shape({2, 2, seq_len, 8});
-  auto draw = [&](std::uint64_t stream) {
-    return Tensor::randn(shape, 2026, stream, dtype).to(device);
+                                   Device device, std::int64_t seq_len, cp::Split told,
+                                   std::int64_t kv_heads = 2) {
+  const Shape shape({2, 2, seq_len, 8}), kv_shape({2, kv_heads, seq_len, 8});
+  auto draw = [&](const Shape& s, std::uint64_t stream) {
+    return Tensor::randn(s, 2026, stream, dtype).to(device);
   };
-  const Tensor q = draw(1), k = draw(2), v = draw(3), w = draw(4);
+  const Tensor q = draw(shape, 1), k = draw(kv_shape, 2), v = draw(kv_shape, 3), w = draw(shape, 4);
   // The oracle: one rank's causal attention over the whole sequence.
   std::vector<Tensor> whole = {q.clone(), k.clone(), v.clone()};
   for (Tensor& t : whole) t.set_requires_grad();

@@ -5,12 +5,6 @@
 namespace tinyscale::cp {
 
 void check_cp_layout(const io::RunConfig& config, int cp, Split split) {
-  const nn::ModelConfig& m = config.model;
-  TS_CHECK(cp == 1 || m.kv_heads() == m.n_head, "--cp ", cp, ": context parallelism's ring ",
-           "attention takes as many key/value heads as query heads, found model.n_kv_head = ",
-           m.kv_heads(), " of model.n_head = ", m.n_head, " (grouped-query attention), which ",
-           "the ring does not carry yet; set model.n_kv_head = 0 (one per query head) to cut a ",
-           "llama over --cp, or leave out --cp");
   const int count = chunk_count(cp, split);
   TS_CHECK(config.train.seq_len % count == 0,
            "context parallelism: train.seq_len = ", config.train.seq_len, " does not cut into ",

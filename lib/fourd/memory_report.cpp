@@ -70,11 +70,9 @@ plan::PlanLayout plan_layout_of(const mesh::ParallelPlan& plan, const io::RunCon
 }
 
 // The planner's memory of each pipeline stage of `plan`; none where it prices no formula: a cut
-// by hand or by measurement, an uneven one, or a model it does not price exactly (a llama, an
-// untied head: plan::shape_of).
+// by hand or by measurement, or an uneven one.
 std::vector<plan::RankMemory> stage_formulas(const mesh::ParallelPlan& plan,
                                              const io::RunConfig& config) {
-  if (config.model.llama() || !config.model.tie_embeddings) return {};
   const plan::PlanLayout l = plan_layout_of(plan, config);
   const plan::ModelShape shape = plan::shape_of(config.model, config.train.seq_len, "run");
   if (!plan.pp_blocks.empty() || !plan::splits_evenly(shape, l.pp, l.chunks)) return {};

@@ -15,8 +15,10 @@ struct AttentionBlock {
   Tensor lse; ///< log sum_j exp(q k_j / sqrt(D)) over this block's keys, [B, H, Tq, 1]
 };
 
-/// q [B, H, Tq, D] against k, v [B, H, Tk, D]. `diagonal`: the block on the causal diagonal
-/// (Tq == Tk, query i sees keys 0..i of the block); otherwise every query sees every key.
+/// q [B, H, Tq, D] against k, v [B, Hkv, Tk, D], Hkv dividing H (grouped-query attention: query
+/// head h reads key/value head h / (H / Hkv); Hkv = H is multi-head). `diagonal`: the block on the
+/// causal diagonal (Tq == Tk, query i sees keys 0..i of the block); otherwise every query sees
+/// every key.
 AttentionBlock attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                        bool diagonal);
 

@@ -1,4 +1,4 @@
-// `train --init-from`: a Hugging Face GPT-2 folder as the step-0 checkpoint of a run.
+// `train --init-from`: a Hugging Face GPT-2 or Llama folder as the step-0 checkpoint of a run.
 #include "train/init_from.hpp"
 
 #include "core/error.hpp"
@@ -10,10 +10,16 @@
 namespace tinyscale::train {
 
 io::RunConfig with_hf_model(io::RunConfig config, const nn::ModelConfig& hf) {
-  TS_CHECK(config.model.moe.every == 0, "train --init-from: expected a dense model (GPT-2 has ",
-           "one MLP per block), found model.moe.every = ", config.model.moe.every,
+  TS_CHECK(config.model.moe.every == 0, "train --init-from: expected a dense model (GPT-2 and ",
+           "Llama have one MLP per block), found model.moe.every = ", config.model.moe.every,
            "; remove the [model.moe] keys from the config");
+  // The architecture is the folder's: every key that shapes the weights comes from it.
   nn::ModelConfig& m = config.model;
+  m.arch = hf.arch;
+  m.n_kv_head = hf.n_kv_head;
+  m.rope_theta = hf.rope_theta;
+  m.ffn_hidden = hf.ffn_hidden;
+  m.tie_embeddings = hf.tie_embeddings;
   m.vocab_size = hf.vocab_size;
   m.n_positions = hf.n_positions;
   m.n_embd = hf.n_embd;
@@ -27,10 +33,15 @@ io::RunConfig with_hf_model(io::RunConfig config, const nn::ModelConfig& hf) {
 }
 
 std::string describe_hf_model(const std::string& dir, const nn::ModelConfig& hf) {
-  return formatted("init: weights from the GPT-2 folder %s (%d layers, %d heads, d_model %lld, "
+  const std::string heads =
+      hf.llama() && hf.kv_heads() != hf.n_head
+          ? formatted("%d heads over %d key/value heads", hf.n_head, hf.kv_heads())
+          : formatted("%d heads", hf.n_head);
+  return formatted("init: weights from the %s folder %s (%d layers, %s, d_model %lld, "
                    "vocabulary %lld, %lld positions); the optimizer starts fresh",
-                   dir.c_str(), hf.n_layer, hf.n_head, static_cast<long long>(hf.n_embd),
-                   static_cast<long long>(hf.vocab_size), static_cast<long long>(hf.n_positions));
+                   hf.llama() ? "Llama" : "GPT-2", dir.c_str(), hf.n_layer, heads.c_str(),
+                   static_cast<long long>(hf.n_embd), static_cast<long long>(hf.vocab_size),
+                   static_cast<long long>(hf.n_positions));
 }
 
 std::string write_init_checkpoint(const io::RunConfig& config, const io::HfModel& hf,
@@ -45,7 +56,7 @@ std::string write_init_checkpoint(const io::RunConfig& config, const io::HfModel
   for (auto& [name, tensor] : checkpoint.model) {
     auto it = weights.find(name);
     TS_CHECK(it != weights.end(), "train --init-from: expected a weight '", name,
-             "' in the GPT-2 folder, found none");
+             "' in the Hugging Face folder, found none");
     TS_CHECK(it->second.shape() == tensor.shape(), "train --init-from: weight '", name,
              "': expected shape ", tensor.shape().str(), ", found ", it->second.shape().str());
     const Tensor host =

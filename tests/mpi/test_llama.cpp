@@ -1,9 +1,11 @@
 // The Llama family under mpirun -np 4 (label mpi): the comparisons of
 // tests/parallel/test_llama_equivalence.cpp with real processes: data parallelism and ZeRO-3 on 4
 // processes, a pipeline of 4 (an uneven cut, the head untied on the last stage), PP x DP 2 x 2 and
-// dp 2 x tp 2 with sequence parallelism, each against one rank.
+// dp 2 x tp 2 with sequence parallelism, and context parallelism with grouped key/value heads
+// (cp 4, dp 2 x cp 2), each against one rank.
 #include "mpi_world.hpp"
 
+#include "cp_equivalence.hpp"
 #include "llama_equivalence.hpp"
 #include "pp_equivalence.hpp"
 #include "tp_equivalence.hpp"
@@ -55,4 +57,19 @@ TEST_CASE("mpi: a llama on dp 2 x tp 2 with sequence parallelism equals one rank
   TpLayout sp;
   sp.sequence_parallel = true;
   CHECK(llama_difference(reference_run(config, 2), tp_run(*world, 2, config, sp)) == "");
+}
+
+TEST_CASE("mpi: a grouped-query llama on cp 4 and dp 2 x cp 2 (load-balanced) equals one rank",
+          "[llama]") {
+  auto world = mpi_world(std::chrono::seconds(60));
+  REQUIRE(world->size() == 4);
+  for (int cp_size : {4, 2}) {
+    const int dp = 4 / cp_size;
+    INFO("dp " << dp << " x cp " << cp_size);
+    const io::RunConfig config = as_llama(dp_run_config(dp, 2, 2, false));
+    const CpRecord want = cp_reference(config, dp);
+    const CpRecord got = cp_run(*world, cp_size, config, cp::Split::LoadBalanced);
+    INFO("rank " << world->rank() << ": worst relative error " << worst_error(want.run, got.run));
+    CHECK(compare_cp(want, got, kTolerance) == "");
+  }
 }

@@ -3,10 +3,11 @@
 // parallelism (query and key/value heads split), the composed dp x tp x pp with ZeRO-1 and
 // recompute train a Llama (tests/llama_equivalence.hpp) exactly like one rank, by the comparisons
 // of chapters 04 to 07 and 10 (tests/dp_equivalence.hpp), and so does context parallelism
-// (chapter 14) without grouped heads; what it cannot be split over yet (tp above n_kv_head,
-// grouped heads over cp) is refused by name.
+// (chapter 14), alone and composed, with grouped key/value heads on the ring; what it cannot be
+// split over yet (tp above n_kv_head) is refused by name.
 #include "cp_equivalence.hpp"
 #include "fourd_equivalence.hpp"
+#include "fourd_threads.hpp"
 #include "llama_equivalence.hpp"
 #include "plan_run.hpp"
 #include "pp_equivalence.hpp"
@@ -181,42 +182,52 @@ TEST_CASE("A llama on the composed dp 2 x tp 2 x pp 2 with ZeRO-1 equals one ran
   }
 }
 
-TEST_CASE("A llama without grouped heads under context parallelism equals one rank: the rotary "
-          "positions follow each rank's chunks, load-balanced and contiguous (float64 1e-10, "
-          "float32 1e-5)",
+TEST_CASE("A llama under context parallelism equals one rank: the rotary positions follow each "
+          "rank's chunks, load-balanced and contiguous, with grouped and with one key/value head "
+          "per query head (float64 1e-10, float32 1e-5)",
           "[parallel][llama][cp]") {
   for (DType dtype : {DType::Float64, DType::Float32})
     for (cp::Split split : {cp::Split::LoadBalanced, cp::Split::Contiguous})
-      DYNAMIC_SECTION(dtype_name(dtype) << ", " << cp::split_name(split)) {
-        io::RunConfig config = as_llama(dp_run_config(1, 2, 2, false, dtype));
-        config.model.n_kv_head = 0; // one key/value head per query head: what the ring carries
-        const CpRecord want = cp_reference(config, 1);
-        std::vector<CpRecord> got(2);
-        comm::run_threads(
-            2,
-            [&](comm::Communicator& world) {
-              got[static_cast<std::size_t>(world.rank())] = cp_run(world, 2, config, split);
-            },
-            comm::testing::test_options(std::chrono::seconds(60)));
-        for (const CpRecord& r : got)
-          CHECK(compare_cp(want, r, dtype == DType::Float64 ? 1e-10 : kLlamaTolerance) == "");
-      }
+      for (const bool grouped : {true, false})
+        DYNAMIC_SECTION(dtype_name(dtype) << ", " << cp::split_name(split)
+                                          << (grouped ? ", grouped" : ", multi-head")) {
+          io::RunConfig config = as_llama(dp_run_config(1, 2, 2, false, dtype));
+          if (!grouped) config.model.n_kv_head = 0; // one key/value head per query head
+          const CpRecord want = cp_reference(config, 1);
+          std::vector<CpRecord> got(2);
+          comm::run_threads(
+              2,
+              [&](comm::Communicator& world) {
+                got[static_cast<std::size_t>(world.rank())] = cp_run(world, 2, config, split);
+              },
+              comm::testing::test_options(std::chrono::seconds(60)));
+          for (const CpRecord& r : got)
+            CHECK(compare_cp(want, r, dtype == DType::Float64 ? 1e-10 : kLlamaTolerance) == "");
+        }
+}
+
+TEST_CASE("A grouped-query llama under context parallelism composed with tp (and sp), pp, dp and "
+          "ZeRO-1 equals one rank (fp32, rel 1e-5)",
+          "[parallel][llama][cp][4d]") {
+  const io::RunConfig one = as_llama(fourd_run_config(1, 2, false)),
+                      two = as_llama(fourd_run_config(2, 2, false));
+  CHECK(fourd_difference(one, {.tp = 2, .cp = 2}, kLlamaTolerance) == "");
+  CHECK(fourd_difference(one, {.tp = 2, .sequence_parallel = true, .cp = 2}, kLlamaTolerance) ==
+        "");
+  CHECK(fourd_difference(two, {.dp = 2, .pp = 2, .zero = 1, .cp = 2}, kLlamaTolerance) == "");
+  CHECK(fourd_difference(one, {.tp = 2, .pp = 2, .cp = 2, .cp_split = cp::Split::Contiguous},
+                         kLlamaTolerance) == "");
 }
 
 TEST_CASE("What a llama cannot be split over yet is refused by name before any step: tp above "
-          "n_kv_head (a key/value head on several ranks), and grouped-query heads over cp",
+          "n_kv_head (a key/value head on several ranks)",
           "[parallel][llama]") {
   const io::RunConfig config = as_llama(tp_run_config(1, 2, 1, false)); // 4 heads on 2 kv heads
   mesh::ParallelPlan tp4;
   tp4.tp = 4;
-  mesh::ParallelPlan cp;
-  cp.cp = 2;
   std::string refused;
   (void)run_plan(tp4, config, &refused);
   CHECK_THAT(refused, Catch::Contains("expected model.n_kv_head (2) divisible by tp = 4") &&
                           Catch::Contains("a tp above n_kv_head would need each key/value head "
                                           "copied onto several ranks"));
-  (void)run_plan(cp, config, &refused);
-  CHECK_THAT(refused, Catch::Contains("found model.n_kv_head = 2 of model.n_head = 4") &&
-                          Catch::Contains("set model.n_kv_head = 0"));
 }

@@ -44,6 +44,28 @@ TEST_CASE("Ring attention equals one rank's causal attention, output and q, k, v
   }
 }
 
+TEST_CASE("Ring attention with grouped key/value heads (two query heads on one, the ring "
+          "carrying the one) equals one rank's grouped-query attention, cp = 2 and 4, float64 to "
+          "1e-12",
+          "[parallel][cp][llama]") {
+  for (cp::Split split : {cp::Split::Contiguous, cp::Split::LoadBalanced})
+    for (int n : {2, 4}) {
+      INFO("cp " << n << ", " << cp::split_name(split));
+      std::vector<double> error(n);
+      REQUIRE_NOTHROW(comm::run_threads(
+          n,
+          [&](comm::Communicator& group) {
+            error[group.rank()] = test::ring_attention_error(
+                group, split, DType::Float64, device_under_test(), 24, split, /*kv_heads=*/1);
+          },
+          comm::testing::test_options()));
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r << ": relative error " << error[r]);
+        CHECK(error[r] <= 1e-12);
+      }
+    }
+}
+
 TEST_CASE("Negative control: ring attention told the wrong chunk map (load-balanced data, "
           "contiguous masks) is far from one rank, so the comparison can fail",
           "[parallel][cp]") {

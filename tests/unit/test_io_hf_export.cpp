@@ -219,11 +219,12 @@ TEST_CASE("import_hf refuses other architectures, activations and shapes", "[uni
   export_hf(dir.path().string(), c, random_parameters(c));
   const json good = read_json(dir / "config.json");
 
-  json llama = good;
-  llama["model_type"] = "llama";
-  write_json(dir / "config.json", llama);
-  REQUIRE_TS_ERROR(import_hf(dir.path().string()),
-                   Contains("config.json") && Contains("\"gpt2\"") && Contains("llama"));
+  json mistral = good;
+  mistral["model_type"] = "mistral";
+  write_json(dir / "config.json", mistral);
+  REQUIRE_TS_ERROR(import_hf(dir.path().string()), Contains("config.json") &&
+                                                       Contains("\"gpt2\" or \"llama\"") &&
+                                                       Contains("mistral"));
 
   json relu = good;
   relu["activation_function"] = "relu";

@@ -9,12 +9,17 @@
 #include "plan/memory.hpp"
 #include "plan/model.hpp"
 #include "require_ts_error.hpp"
+#include "scratch_dir.hpp"
 #include "tinyscale.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <tuple>
 
 using namespace tinyscale;
 
@@ -342,13 +347,147 @@ TEST_CASE("A llama learns: 60 steps on the Markov source take its loss well belo
   CHECK(last < 0.65 * first);                            // 3.47 from 5.55 when written
 }
 
-TEST_CASE("What does not handle a llama yet says so: export-hf refuses it by name",
-          "[unit][llama]") {
+namespace {
+
+// LlamaForCausalLM's names and [out, in] shapes, written out here independently of the library's
+// table (transformers' modeling_llama: nn.Linear(in, out).weight is [out, in]).
+std::map<std::string, Shape> hf_llama_names(const nn::ModelConfig& c) {
+  const std::int64_t C = c.n_embd, KV = c.kv_heads() * c.head_dim(), F = c.n_inner();
+  std::map<std::string, Shape> out = {{"model.embed_tokens.weight", Shape{c.vocab_size, C}},
+                                      {"model.norm.weight", Shape{C}}};
+  if (!c.tie_embeddings) out["lm_head.weight"] = Shape{c.vocab_size, C};
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    out[p + ".input_layernorm.weight"] = Shape{C};
+    out[p + ".post_attention_layernorm.weight"] = Shape{C};
+    const std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> linears = {
+        {".self_attn.q_proj", C, C}, {".self_attn.k_proj", KV, C}, {".self_attn.v_proj", KV, C},
+        {".self_attn.o_proj", C, C}, {".mlp.gate_proj", F, C},     {".mlp.up_proj", F, C},
+        {".mlp.down_proj", C, F}};
+    for (const auto& [name, rows, cols] : linears) {
+      out[p + name + ".weight"] = Shape{rows, cols};
+      if (c.bias) out[p + name + ".bias"] = Shape{rows};
+    }
+  }
+  return out;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+} // namespace
+
+TEST_CASE("A llama leaves in LlamaForCausalLM's layout (its names, [out, in] weights, a "
+          "LlamaConfig) and comes back bit-exactly, tied or untied, with or without biases",
+          "[unit][llama][hf]") {
+  for (const bool tied : {false, true})
+    for (const bool bias : {false, true}) {
+      INFO("tie_embeddings " << tied << ", bias " << bias);
+      nn::ModelConfig c = llama_tiny(DType::Float32);
+      c.tie_embeddings = tied;
+      c.bias = bias;
+      const nn::GPT model(c, 3);
+      testing::ScratchDir dir;
+      io::export_hf(dir.path().string(), c, model.parameters(), 7);
+
+      const io::SafetensorsFile file = io::load_safetensors(dir / "model.safetensors");
+      std::map<std::string, Shape> stored;
+      for (const auto& [name, tensor] : file.tensors) stored[name] = tensor.shape();
+      CHECK(stored == hf_llama_names(c));
+      // A projection is the transpose of tinyscale's [in, out] parameter, element by element.
+      const Tensor ours = nn::find_parameter(model.parameters(), "h.1.attn.k_proj.weight").tensor;
+      const Tensor theirs = file.at("model.layers.1.self_attn.k_proj.weight");
+      const std::vector<double> a = ours.to_vector(), b = theirs.to_vector();
+      const std::int64_t in = ours.size(0), out = ours.size(1);
+      bool transposed = true;
+      for (std::int64_t i = 0; i < in; ++i)
+        for (std::int64_t o = 0; o < out; ++o)
+          transposed = transposed && a[static_cast<std::size_t>(i * out + o)] ==
+                                         b[static_cast<std::size_t>(o * in + i)];
+      CHECK(transposed);
+
+      const nlohmann::json j = nlohmann::json::parse(file_bytes(dir / "config.json"));
+      CHECK(j["model_type"] == "llama");
+      CHECK(j["architectures"] == nlohmann::json::array({"LlamaForCausalLM"}));
+      CHECK(j["hidden_size"] == c.n_embd);
+      CHECK(j["intermediate_size"] == c.n_inner());
+      CHECK(j["num_attention_heads"] == c.n_head);
+      CHECK(j["num_key_value_heads"] == c.kv_heads());
+      CHECK(j["max_position_embeddings"] == c.n_positions);
+      CHECK(j["rms_norm_eps"] == c.layer_norm_epsilon);
+      CHECK(j["rope_theta"] == c.rope_theta);
+      CHECK(j["hidden_act"] == "silu");
+      CHECK(j["tie_word_embeddings"] == tied);
+      CHECK(j["attention_bias"] == bias);
+      CHECK(j["mlp_bias"] == bias);
+      CHECK(j["bos_token_id"] == 7);
+      CHECK(j["torch_dtype"] == "float32");
+
+      const io::HfModel back = io::import_hf(dir.path().string());
+      CHECK(back.config.llama());
+      CHECK(back.config.n_kv_head == c.n_kv_head);
+      CHECK(back.config.n_inner() == c.n_inner());
+      CHECK(back.config.rope_theta == c.rope_theta);
+      CHECK(back.config.layer_norm_epsilon == c.layer_norm_epsilon);
+      CHECK(back.config.tie_embeddings == tied);
+      CHECK(back.config.bias == bias);
+      REQUIRE(back.tensors.size() == model.parameters().size());
+      for (std::size_t i = 0; i < back.tensors.size(); ++i) {
+        const nn::NamedParameter& p = model.parameters()[i];
+        INFO(p.name);
+        CHECK(back.tensors[i].first == p.name);
+        CHECK(back.tensors[i].second.to_vector() == p.tensor.to_vector());
+      }
+      // Out again from what came in: the same bytes.
+      nn::ParameterList again;
+      for (const auto& [name, tensor] : back.tensors) again.push_back({name, tensor, true});
+      testing::ScratchDir dir2;
+      io::export_hf(dir2.path().string(), back.config, again, 7);
+      CHECK(file_bytes(dir2 / "model.safetensors") == file_bytes(dir / "model.safetensors"));
+      CHECK(file_bytes(dir2 / "config.json") == file_bytes(dir / "config.json"));
+    }
+}
+
+TEST_CASE("import_hf refuses by name the Llama configs tinyscale cannot build",
+          "[unit][llama][hf]") {
   const nn::ModelConfig c = llama_tiny(DType::Float32);
-  const nn::GPT model(c, 1);
-  REQUIRE_TS_ERROR(io::export_hf("/tmp/tinyscale-llama-export-refused", c, model.parameters()),
-                   Catch::Contains("found model.arch = \"llama\"") &&
-                       Catch::Contains("Llama layout is not written yet"));
+  const nn::GPT model(c, 3);
+  testing::ScratchDir dir;
+  io::export_hf(dir.path().string(), c, model.parameters());
+  const nlohmann::json good = nlohmann::json::parse(file_bytes(dir / "config.json"));
+  auto refused = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json bad = good;
+    bad[key] = value;
+    std::ofstream(dir / "config.json") << bad.dump(2);
+    std::string message;
+    try {
+      io::import_hf(dir.path().string());
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    return message;
+  };
+  CHECK_THAT(refused("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}),
+             Catch::Contains("rope_scaling") && Catch::Contains("llama3"));
+  CHECK_THAT(refused("hidden_act", "gelu"), Catch::Contains("silu") && Catch::Contains("gelu"));
+  CHECK_THAT(refused("head_dim", 8), Catch::Contains("head_dim") && Catch::Contains("4"));
+  CHECK_THAT(refused("mlp_bias", true), Catch::Contains("attention_bias and mlp_bias"));
+  CHECK_THAT(refused("attention_dropout", 0.1), Catch::Contains("attention_dropout"));
+  CHECK_THAT(refused("num_key_value_heads", 3),
+             Catch::Contains("n_kv_head") && Catch::Contains("found 3"));
+  CHECK_THAT(refused("model_type", "mistral"),
+             Catch::Contains("\"gpt2\" or \"llama\"") && Catch::Contains("mistral"));
+  // A GPT-2 keeps its head tied: an untied one has no GPT2LMHeadModel to go to.
+  nn::ModelConfig gpt2 = c;
+  gpt2.arch = "gpt2";
+  gpt2.n_kv_head = 0;
+  gpt2.ffn_hidden = 0;
+  REQUIRE_TS_ERROR(io::export_hf(dir / "gpt2", gpt2, nn::GPT(gpt2, 1).parameters()),
+                   Catch::Contains("tie_embeddings = false"));
 }
 
 TEST_CASE("The planner prices a llama exactly: Llama 3's published parameter counts, a llama "

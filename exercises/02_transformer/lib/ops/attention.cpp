@@ -120,21 +120,35 @@ void check_block(const Tensor& q, const Tensor& k, const Tensor& v, bool diagona
   check_same_dtype_device(q, k, op);
   check_same_dtype_device(q, v, op);
   TS_CHECK(q.rank() == 4 && k.rank() == 4 && k.shape() == v.shape() && q.size(0) == k.size(0) &&
-               q.size(1) == k.size(1) && q.size(3) == k.size(3),
-           op, ": expected q [B, H, Tq, D] and k, v [B, H, Tk, D], found ", q.shape().str(), ", ",
-           k.shape().str(), ", ", v.shape().str());
+               k.size(1) >= 1 && q.size(1) % k.size(1) == 0 && q.size(3) == k.size(3),
+           op, ": expected q [B, H, Tq, D] and k, v [B, Hkv, Tk, D] with Hkv dividing H, found ",
+           q.shape().str(), ", ", k.shape().str(), ", ", v.shape().str());
   TS_CHECK(!diagonal || q.size(2) == k.size(2), op,
            ": a diagonal (causal) block needs as many queries as keys, found ", q.size(2), " and ",
            k.size(2));
 }
 
-// Row-wise log-probabilities of one block (masked entries -inf) and the block's lse [B, H, Tq, 1].
-// Key 0 of a block is visible to every query, on the diagonal too, so lse = s_0 - log p_0.
+// A block's q, or anything shaped like it ([B, H, Tq, X]), viewed by key/value head:
+// [B, Hkv, G Tq, X]. The G query heads that share a key/value head are consecutive, so one batched
+// GEMM per key/value head serves the group without copying k or v (as grouped_query_attention
+// above); G = 1 is the plain view.
+Tensor by_kv_head(const Tensor& x, std::int64_t kv_heads) {
+  return reshape(x, {x.size(0), kv_heads, x.size(1) / kv_heads * x.size(2), x.size(3)});
+}
+
+// Row-wise log-probabilities of one block (masked entries -inf) and the block's lse, both by
+// key/value head ([B, Hkv, G Tq, Tk] and [B, Hkv, G Tq, 1]; the causal softmax sees the scores as
+// [B, Hkv, G, Tq, Tk]). Key 0 of a block is visible to every query, on the diagonal too, so
+// lse = s_0 - log p_0.
 std::pair<Tensor, Tensor> block_log_probs(const Tensor& q, const Tensor& k, bool diagonal,
                                           double scale) {
-  Tensor scores = detail::gemm(q, k, false, true, scale); // [B, H, Tq, Tk]
+  const std::int64_t B = q.size(0), Hkv = k.size(1), G = q.size(1) / Hkv, Tq = q.size(2),
+                     Tk = k.size(2);
+  Tensor scores = detail::gemm(by_kv_head(q, Hkv), k, false, true, scale); // [B, Hkv, G Tq, Tk]
   Tensor log_probs = Tensor::empty(scores.shape(), q.dtype(), q.device());
-  backend_of(q).softmax(scores, log_probs, /*log=*/true, /*causal=*/diagonal);
+  Tensor log_probs_by_query = reshape(log_probs, {B, Hkv, G, Tq, Tk});
+  backend_of(q).softmax(reshape(scores, {B, Hkv, G, Tq, Tk}), log_probs_by_query, /*log=*/true,
+                        /*causal=*/diagonal);
   Tensor lse = slice(scores, -1, 0, 1) - slice(log_probs, -1, 0, 1);
   return {log_probs, lse};
 }
@@ -146,7 +160,9 @@ AttentionBlock attention_block_forward(const Tensor& q, const Tensor& k, const T
   NoGradGuard no_grad;
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   auto [log_probs, lse] = block_log_probs(q, k, diagonal, scale);
-  return {detail::gemm(exp(log_probs), v, false, false), lse};
+  const Shape rows({q.size(0), q.size(1), q.size(2), 1});
+  return {reshape(detail::gemm(exp(log_probs), v, false, false), q.shape().dims()),
+          reshape(lse, rows.dims())};
 }
 
 void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -158,14 +174,18 @@ void attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v,
            dq.shape().str(), ", ", dk.shape().str(), ", ", dv.shape().str());
   NoGradGuard no_grad;
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  // P over the whole row: the block's own probabilities rescaled from its lse to the row's.
+  const std::int64_t Hkv = k.size(1);
+  // P over the whole row: the block's own probabilities rescaled from its lse to the row's. Every
+  // [B, H, Tq, .] tensor is read by key/value head, so dk and dv sum over each group's query heads.
   auto [log_probs, block_lse] = block_log_probs(q, k, diagonal, scale);
-  Tensor probs = exp(log_probs + (block_lse - lse)); // masked entries: exp(-inf) = 0
+  Tensor probs = exp(log_probs + (block_lse - by_kv_head(lse, Hkv))); // masked: exp(-inf) = 0
+  const Tensor dout = by_kv_head(grad_out, Hkv);
   Backend& backend = backend_of(q);
-  backend.accumulate(dv, detail::gemm(probs, grad_out, true, false));
-  Tensor dscores = probs * (detail::gemm(grad_out, v, false, true) - delta);
-  backend.accumulate(dq, detail::gemm(dscores, k, false, false, scale));
-  backend.accumulate(dk, detail::gemm(dscores, q, true, false, scale));
+  backend.accumulate(dv, detail::gemm(probs, dout, true, false));
+  Tensor dscores = probs * (detail::gemm(dout, v, false, true) - by_kv_head(delta, Hkv));
+  Tensor dq_by_kv_head = by_kv_head(dq, Hkv); // a view: accumulating into it fills dq
+  backend.accumulate(dq_by_kv_head, detail::gemm(dscores, k, false, false, scale));
+  backend.accumulate(dk, detail::gemm(dscores, by_kv_head(q, Hkv), true, false, scale));
 }
 
 } // namespace tinyscale

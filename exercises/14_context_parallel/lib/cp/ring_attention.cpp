@@ -82,7 +82,7 @@ AttentionBlock ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   const std::int64_t batch = q.size(0);
   const std::vector<Tensor> queries = pieces(q, mine.size());
   std::vector<AttentionBlock> acc(mine.size());
-  Tensor held = concat({k, v}, 0); // what travels: k and v on the batch axis, [2B, H, T_local, D]
+  Tensor held = concat({k, v}, 0); // what travels: k and v on the batch axis, [2B, Hkv, T, D]
   for (int step = 0; step < ring.n; ++step) {
     const bool more = step + 1 < ring.n;
     // Pass the block on before computing with it, so that the transfer overlaps the compute.
@@ -149,8 +149,8 @@ autograd::Grads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   std::vector<Tensor> dq;
   for (const Tensor& piece : queries)
     dq.push_back(Tensor::zeros(piece.shape(), q.dtype(), q.device()));
-  Tensor held = concat({k, v}, 0); // what travels ahead: k and v, [2B, H, T_local, D]
-  const Shape pair = held.shape(); // dk and dv travel the same way, [2B, H, T_local, D]
+  Tensor held = concat({k, v}, 0); // what travels ahead: k and v, [2B, Hkv, T_local, D]
+  const Shape pair = held.shape(); // dk and dv travel the same way, [2B, Hkv, T_local, D]
   Tensor passed;                   // the last pass of gradients, in flight to the right
   comm::WorkHandle pass;
   for (int step = 0; step < ring.n; ++step) {
@@ -271,9 +271,11 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, comm::C
   check_floating(q, "cp::ring_attention", "q");
   check_same_dtype_device(q, k, "cp::ring_attention");
   check_same_dtype_device(q, v, "cp::ring_attention");
-  TS_CHECK(q.rank() == 4 && q.shape() == k.shape() && q.shape() == v.shape(),
-           "cp::ring_attention: expected q, k, v of one shape [B, H, T_local, D], found ",
-           q.shape().str(), ", ", k.shape().str(), ", ", v.shape().str());
+  TS_CHECK(q.rank() == 4 && k.rank() == 4 && k.shape() == v.shape() && q.size(0) == k.size(0) &&
+               q.size(2) == k.size(2) && q.size(3) == k.size(3) && k.size(1) >= 1 &&
+               q.size(1) % k.size(1) == 0,
+           "cp::ring_attention: expected q [B, H, T_local, D] and k, v [B, Hkv, T_local, D] with ",
+           "Hkv dividing H, found ", q.shape().str(), ", ", k.shape().str(), ", ", v.shape().str());
   const std::size_t held = chunks_of(cp.rank(), cp.size(), split).size();
   TS_CHECK(q.size(2) % static_cast<std::int64_t>(held) == 0, "cp::ring_attention: this rank holds ",
            held, " chunks (", split_name(split), ") but ", q.size(2),
