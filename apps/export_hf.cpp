@@ -5,23 +5,59 @@
 #include "data/bpe.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
+#include "io/file.hpp"
 #include "io/hf_export.hpp"
 #include "nn/gpt.hpp"
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <unistd.h>
 
 namespace tinyscale::app {
 
 namespace export_hf_cmd { // this file's helpers (named: the apps compile as one unity build)
+namespace fs = std::filesystem;
+
 struct ExportOptions {
   std::string dir;
   std::string checkpoint = "checkpoints";
   std::string tokenizer;
+  bool force = false;
 };
 
+// Writes the folder's files into `into` (which export_hf creates); returns what it wrote.
+std::string write_folder(const ExportOptions& opt, const io::RunConfig& config,
+                         const nn::ParameterList& params, const std::string& into) {
+  if (opt.tokenizer.empty()) {
+    io::export_hf(into, config.model, params);
+    return "config.json, model.safetensors";
+  }
+  const data::BpeTokenizer tokenizer = data::BpeTokenizer::load(opt.tokenizer);
+  TS_CHECK(tokenizer.vocab_size() <= config.model.vocab_size, "export-hf: the tokenizer in ",
+           opt.tokenizer, " has ", tokenizer.vocab_size(), " tokens but the model only ",
+           config.model.vocab_size, "; expected the tokenizer the model was trained with");
+  io::export_hf(into, config.model, params, tokenizer.end_of_text());
+  tokenizer.save_hf(into, config.model.n_positions);
+  return "config.json, generation_config.json, model.safetensors; tokenizer: vocab.json, "
+         "merges.txt, tokenizer_config.json, special_tokens_map.json";
+}
+
+// The folder is written whole: into a temporary folder beside it, then renamed into place (with
+// --force, swapped for the existing one in one step where the file system can), so an export
+// never leaves files of an earlier one beside its own, nor half a folder when it fails.
 void run_export(const ExportOptions& opt) {
+  fs::path out = fs::path(opt.dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path(); // "dir/"
+  TS_CHECK(!out.empty(), "export-hf: expected an output folder, found '", opt.dir, "'");
+  const bool exists = fs::exists(out);
+  TS_CHECK(!exists || fs::is_directory(out), "export-hf: expected '", opt.dir, "' to be a folder ",
+           "(or not to exist), found a file there; choose another path");
+  TS_CHECK(!exists || opt.force || fs::is_empty(out), "export-hf: expected no folder '", opt.dir,
+           "' (or an empty one), found one with files in it (an earlier export?); the export is ",
+           "written as a whole folder, never into another: choose a new folder, or pass --force ",
+           "to replace this one");
   io::Checkpoint c = io::read_checkpoint(opt.checkpoint);
   io::RunConfig config = io::parse_config(c.config_toml, opt.checkpoint + " (manifest config)");
   std::map<std::string, Tensor> saved(c.model.begin(), c.model.end());
@@ -33,22 +69,34 @@ void run_export(const ExportOptions& opt) {
              ", found none");
     params.push_back(nn::NamedParameter{p.name, it->second, p.decay});
   }
-  if (opt.tokenizer.empty()) {
-    io::export_hf(opt.dir, config.model, params);
-    std::printf("exported step %lld of %s to %s (config.json, model.safetensors)\n",
-                static_cast<long long>(c.step), opt.checkpoint.c_str(), opt.dir.c_str());
-    return;
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  const fs::path tmp = parent / (out.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  struct RemoveUnlessMoved { // the temporary folder goes, whatever fails, unless it became `out`
+    fs::path path;
+    bool moved = false;
+    ~RemoveUnlessMoved() {
+      std::error_code ignored;
+      if (!moved) fs::remove_all(path, ignored);
+    }
+  } temporary{tmp};
+  fs::remove_all(tmp);
+  const std::string files = write_folder(opt, config, params, tmp.string());
+  io::fsync_directory(tmp.string());
+  if (exists) {
+    if (!io::exchange_durably(tmp.string(), out.string())) { // the old folder is now `tmp`
+      const fs::path old =
+          parent / (out.filename().string() + ".old-" + std::to_string(::getpid()));
+      fs::rename(out, old);
+      io::rename_durably(tmp.string(), out.string());
+      fs::remove_all(old);
+    }
+  } else {
+    io::rename_durably(tmp.string(), out.string());
+    temporary.moved = true;
   }
-  const data::BpeTokenizer tokenizer = data::BpeTokenizer::load(opt.tokenizer);
-  TS_CHECK(tokenizer.vocab_size() <= config.model.vocab_size, "export-hf: the tokenizer in ",
-           opt.tokenizer, " has ", tokenizer.vocab_size(), " tokens but the model only ",
-           config.model.vocab_size, "; expected the tokenizer the model was trained with");
-  io::export_hf(opt.dir, config.model, params, tokenizer.end_of_text());
-  tokenizer.save_hf(opt.dir, config.model.n_positions);
-  std::printf("exported step %lld of %s to %s (config.json, generation_config.json, "
-              "model.safetensors; tokenizer: vocab.json, merges.txt, tokenizer_config.json, "
-              "special_tokens_map.json)\n",
-              static_cast<long long>(c.step), opt.checkpoint.c_str(), opt.dir.c_str());
+  std::printf("exported step %lld of %s to %s (%s)\n", static_cast<long long>(c.step),
+              opt.checkpoint.c_str(), opt.dir.c_str(), files.c_str());
 }
 } // namespace export_hf_cmd
 
@@ -66,6 +114,9 @@ void add_export_hf(CLI::App& app) {
                   "Also write this tokenizer (a folder with vocab.json + merges.txt, e.g. "
                   "tokenizers/gpt2) and its <|endoftext|> id as bos/eos, so AutoTokenizer loads "
                   "the folder too");
+  cmd->add_flag("--force", opt->force,
+                "Replace the output folder if it exists (the export is always written as a whole "
+                "folder, so no file of an earlier export stays)");
   cmd->callback([opt] { run_export(*opt); });
 }
 

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -116,8 +117,15 @@ void run_sample(const SampleOptions& opt) {
   std::string source;
   const std::unique_ptr<nn::GPT> model = load_model(opt, source);
   const nn::ModelConfig& config = model->config();
+  // --tokenizer, or else the folder's own (export-hf --tokenizer writes vocab.json and merges.txt
+  // beside the weights), or else none.
+  std::string tokenizer_dir = opt.tokenizer;
+  if (tokenizer_dir.empty() && !opt.hf.empty() &&
+      std::filesystem::exists(std::filesystem::path(opt.hf) / "vocab.json") &&
+      std::filesystem::exists(std::filesystem::path(opt.hf) / "merges.txt"))
+    tokenizer_dir = opt.hf;
   std::optional<data::BpeTokenizer> tokenizer;
-  if (!opt.tokenizer.empty()) tokenizer = data::BpeTokenizer::load(opt.tokenizer);
+  if (!tokenizer_dir.empty()) tokenizer = data::BpeTokenizer::load(tokenizer_dir);
   // Without a tokenizer the tokens are bytes (the `text` data source). Ids the tokenizer lacks
   // (a vocabulary padded for speed, or gaps in it) are never drawn.
   const std::int64_t usable =
@@ -140,10 +148,13 @@ void run_sample(const SampleOptions& opt) {
   const auto to_bytes = [&](std::int32_t id) {
     return tokenizer ? tokenizer->token_bytes(id) : std::string(1, static_cast<char>(id));
   };
+  const std::string how = !tokenizer                       ? " (no --tokenizer: tokens are bytes)"
+                          : tokenizer_dir != opt.tokenizer ? " (the folder's tokenizer)"
+                                                           : "";
   std::fprintf(stderr, "sample: %s, %lld tokens, temperature %g, top-k %lld, seed %llu%s\n",
                source.c_str(), static_cast<long long>(opt.tokens), opt.temperature,
                static_cast<long long>(opt.top_k), static_cast<unsigned long long>(opt.seed),
-               tokenizer ? "" : " (no --tokenizer: tokens are bytes)");
+               how.c_str());
   NoGradGuard no_grad;
   std::mt19937_64 rng(opt.seed);
   for (int s = 0; s < opt.samples; ++s) {
@@ -186,8 +197,9 @@ void add_sample(CLI::App& app) {
       "Sample from a Hugging Face GPT-2 or Llama folder (config.json + model.safetensors) "
       "instead of a checkpoint");
   cmd->add_option("--tokenizer", opt->tokenizer,
-                  "GPT-2 tokenizer folder (vocab.json + merges.txt); without it tokens are bytes, "
-                  "as the `text` data source trains them");
+                  "GPT-2 tokenizer folder (vocab.json + merges.txt); without it, a --hf folder's "
+                  "own tokenizer files, or else tokens are bytes, as the `text` data source "
+                  "trains them");
   cmd->add_option("--prompt", opt->prompt,
                   "Text to continue (default: <|endoftext|> with a tokenizer, else a newline)");
   cmd->add_option("--tokens", opt->tokens, "Tokens to generate per sample")->capture_default_str();

@@ -42,12 +42,13 @@ inline double relative_error(const Tensor& got, const Tensor& want) {
 /// passes a different one).
 inline double ring_attention_error(comm::Communicator& cp, cp::Split split, DType dtype,
                                    Device device, std::int64_t seq_len, cp::Split told,
-                                   std::int64_t kv_heads = 2) {
+                                   std::int64_t kv_heads = 2, double k_shift = 0.0) {
   const Shape shape({2, 2, seq_len, 8}), kv_shape({2, kv_heads, seq_len, 8});
   auto draw = [&](const Shape& s, std::uint64_t stream) {
     return Tensor::randn(s, 2026, stream, dtype).to(device);
   };
-  const Tensor q = draw(shape, 1), k = draw(kv_shape, 2), v = draw(kv_shape, 3), w = draw(shape, 4);
+  const Tensor q = draw(shape, 1), k = add_scalar(draw(kv_shape, 2), k_shift),
+               v = draw(kv_shape, 3), w = draw(shape, 4);
   // The oracle: one rank's causal attention over the whole sequence.
   std::vector<Tensor> whole = {q.clone(), k.clone(), v.clone()};
   for (Tensor& t : whole) t.set_requires_grad();

@@ -372,16 +372,32 @@ std::string folder_name(const std::string& stored, const nn::ModelConfig& c) {
   return !c.llama() && stored.rfind(prefix, 0) == 0 ? stored.substr(prefix.size()) : stored;
 }
 
+// dir/config.json, or an error saying what `dir` is instead: a tinyscale checkpoint (its root with
+// `latest`, or a step folder with manifest.json) is the usual mistake.
+std::string config_file_of(const std::string& dir) {
+  const fs::path d(dir);
+  const std::string file = (d / "config.json").string();
+  if (fs::exists(file)) return file;
+  const bool checkpoint = fs::exists(d / "latest") || fs::exists(d / "manifest.json");
+  TS_CHECK(!checkpoint, "expected a Hugging Face folder (config.json + model.safetensors) at '",
+           dir, "', found a tinyscale checkpoint; write it as one with `tinyscale export-hf ",
+           "OUT --checkpoint ", dir, "` and pass OUT, or continue the run it belongs to with ",
+           "--resume ", dir);
+  TS_CHECK(fs::is_directory(d), "expected a Hugging Face folder (config.json + ",
+           "model.safetensors) at '", dir, "', found no such folder");
+  return file; // read_file names the missing config.json
+}
+
 } // namespace
 
 nn::ModelConfig read_hf_config(const std::string& dir) {
-  const std::string config_file = (fs::path(dir) / "config.json").string();
+  const std::string config_file = config_file_of(dir);
   return parse_hf_config(read_json(config_file), config_file);
 }
 
 HfModel import_hf(const std::string& dir) {
   HfModel model;
-  const std::string config_file = (fs::path(dir) / "config.json").string();
+  const std::string config_file = config_file_of(dir);
   const json config_json = read_json(config_file);
   model.config = parse_hf_config(config_json, config_file);
   const nn::ModelConfig& c = model.config;

@@ -3,7 +3,8 @@
 # King James Bible with GPT-2's tokenizer (the same shards whether cut into 1 KiB chunks on 2
 # threads or not; refusals for an existing folder, invalid UTF-8 and empty input), a short
 # training run on the shards, `sample`, `export-hf --tokenizer` (every file and field of the GPT-2
-# convention) and `train --init-from` the exported folder, which starts from exactly the exported
+# convention; into an existing folder only with --force, replacing it whole) and `train --init-from`
+# the exported folder, which starts from exactly the exported
 # model: its validation loss after one step at lr 1e-12 equals the exporting run's, on one rank
 # and on dp 2. Usage: text_pipeline.sh TINYSCALE SRC
 set -euo pipefail
@@ -80,6 +81,29 @@ assert s == {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_to
 assert json.loads((d / "vocab.json").read_text()) == json.loads((tok / "vocab.json").read_text())
 assert (d / "merges.txt").read_text() == (tok / "merges.txt").read_text()
 PY
+
+# sample --hf reads the folder's own tokenizer when --tokenizer is not given
+"$bin" sample --hf "$work/hf" --prompt "And God said" --tokens 8 --seed 3 > "$work/own.txt" \
+  2> "$work/own.err" || fail "sample --hf (the folder's tokenizer): exit $?"
+grep -q "(the folder's tokenizer)" "$work/own.err" || fail "sample --hf: $(cat "$work/own.err")"
+"$bin" sample --hf "$work/hf" --tokenizer "$tok" --prompt "And God said" --tokens 8 --seed 3 \
+  2>/dev/null | cmp -s - "$work/own.txt" ||
+  fail "sample --hf wrote other text with the folder's tokenizer than with --tokenizer"
+
+# export-hf writes a whole folder: into an existing one only with --force, and then no file of
+# the earlier export stays (a re-export without --tokenizer leaves no tokenizer files behind)
+if "$bin" export-hf "$work/hf" --checkpoint "$work/ckpt" > "$work/again.txt" 2>&1; then
+  fail "export-hf into an earlier export's folder was not refused"
+fi
+grep -q "found one with files in it" "$work/again.txt" || fail "export-hf's refusal: $(cat "$work/again.txt")"
+cp -r "$work/hf" "$work/hf-kept"
+"$bin" export-hf "$work/hf-kept" --checkpoint "$work/ckpt" --force > /dev/null ||
+  fail "export-hf --force: exit $?"
+[ "$(ls "$work/hf-kept" | tr '\n' ' ')" = "config.json model.safetensors " ] ||
+  fail "export-hf --force left an earlier export's files: $(ls "$work/hf-kept" | tr '\n' ' ')"
+ls "$work" | grep -q '\.tmp-\|\.old-' && fail "export-hf --force left a temporary folder: $(ls "$work")"
+cmp -s "$work/hf/model.safetensors" "$work/hf-kept/model.safetensors" ||
+  fail "export-hf --force wrote other weights than the first export"
 
 want=$(/usr/bin/python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1])][-2]["val_loss"])' "$work/a.jsonl")
 init() { # name, then layout flags

@@ -44,6 +44,34 @@ TEST_CASE("Ring attention equals one rank's causal attention, output and q, k, v
   }
 }
 
+// Standard normal inputs keep every score small, so a merge that exponentiates each block's
+// log-sum-exp and divides (exp(lse_a) + exp(lse_b)) passes them too. Adding 500 to every element
+// of k adds 500 (q_1 + ... + q_D) / sqrt(D) to each logit of a query's row: the attention is the
+// same, but many rows' logits now lie beyond +-709, where exp overflows or underflows in float64.
+// Only a stable merge (exp of differences of normalisers) stays finite and exact; the naive one
+// gives inf / inf or 0 / 0 there.
+TEST_CASE("Ring attention with logits beyond exp's range (rows shifted by hundreds) still equals "
+          "one rank, cp = 2 and 4, float64 to 1e-10: the merge must be the stable one",
+          "[parallel][cp][ex14.2]") {
+  for (cp::Split split : {cp::Split::Contiguous, cp::Split::LoadBalanced})
+    for (int n : {2, 4}) {
+      INFO("cp " << n << ", " << cp::split_name(split));
+      std::vector<double> error(n);
+      REQUIRE_NOTHROW(comm::run_threads(
+          n,
+          [&](comm::Communicator& group) {
+            error[group.rank()] =
+                test::ring_attention_error(group, split, DType::Float64, device_under_test(), 24,
+                                           split, /*kv_heads=*/2, /*k_shift=*/500.0);
+          },
+          comm::testing::test_options()));
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r << ": relative error " << error[r]);
+        CHECK(error[r] <= 1e-10); // NaN fails too
+      }
+    }
+}
+
 TEST_CASE("Ring attention with grouped key/value heads (two query heads on one, the ring "
           "carrying the one) equals one rank's grouped-query attention, cp = 2 and 4, float64 to "
           "1e-12",

@@ -248,3 +248,18 @@ TEST_CASE("import_hf refuses other architectures, activations and shapes", "[uni
   REQUIRE_TS_ERROR(import_hf(dir.path().string()),
                    Contains("wte.weight") && Contains("[50, 16]") && Contains("found [50, 8]"));
 }
+
+TEST_CASE("import_hf given a tinyscale checkpoint says how to export one, and names a missing "
+          "folder",
+          "[unit]") {
+  testing::ScratchDir dir;
+  std::ofstream(dir / "latest") << "step_00000010\n"; // a checkpoint root
+  REQUIRE_TS_ERROR(read_hf_config(dir.path().string()),
+                   Contains("found a tinyscale checkpoint") &&
+                       Contains("tinyscale export-hf OUT --checkpoint " + dir.path().string()) &&
+                       Contains("--resume"));
+  std::filesystem::create_directories(dir / "step_00000010");
+  std::ofstream(dir / "step_00000010/manifest.json") << "{}"; // a step folder
+  REQUIRE_TS_ERROR(import_hf(dir / "step_00000010"), Contains("found a tinyscale checkpoint"));
+  REQUIRE_TS_ERROR(import_hf(dir / "nowhere"), Contains("found no such folder"));
+}
