@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <unistd.h>
 
 namespace tinyscale::app {
 
@@ -69,32 +68,9 @@ void run_export(const ExportOptions& opt) {
              ", found none");
     params.push_back(nn::NamedParameter{p.name, it->second, p.decay});
   }
-  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  fs::create_directories(parent);
-  const fs::path tmp = parent / (out.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  struct RemoveUnlessMoved { // the temporary folder goes, whatever fails, unless it became `out`
-    fs::path path;
-    bool moved = false;
-    ~RemoveUnlessMoved() {
-      std::error_code ignored;
-      if (!moved) fs::remove_all(path, ignored);
-    }
-  } temporary{tmp};
-  fs::remove_all(tmp);
-  const std::string files = write_folder(opt, config, params, tmp.string());
-  io::fsync_directory(tmp.string());
-  if (exists) {
-    if (!io::exchange_durably(tmp.string(), out.string())) { // the old folder is now `tmp`
-      const fs::path old =
-          parent / (out.filename().string() + ".old-" + std::to_string(::getpid()));
-      fs::rename(out, old);
-      io::rename_durably(tmp.string(), out.string());
-      fs::remove_all(old);
-    }
-  } else {
-    io::rename_durably(tmp.string(), out.string());
-    temporary.moved = true;
-  }
+  io::WholeFolder folder(opt.dir, "export-hf");
+  const std::string files = write_folder(opt, config, params, folder.path());
+  folder.commit(opt.force);
   std::printf("exported step %lld of %s to %s (%s)\n", static_cast<long long>(c.step),
               opt.checkpoint.c_str(), opt.dir.c_str(), files.c_str());
 }

@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
-#include <unistd.h>
 
 namespace tinyscale::data {
 
@@ -230,25 +229,9 @@ PrepareReport prepare_shards_unchecked(const BpeTokenizer& tokenizer, const Prep
            " train and ", report.val_tokens, " validation tokens (", report.tokens,
            " in all); give more text or change val_fraction");
 
-  // Write into a temporary folder beside the output, then rename it into place. The path is
-  // normalised first: with a trailing '/' ("shards/") its last name would be empty.
-  fs::path out = fs::path(o.out_dir).lexically_normal();
-  if (out.filename().empty()) out = out.parent_path();
-  TS_CHECK(!out.empty() && out.filename() != "." && out.filename() != "..",
-           "data prepare: ", "expected an output folder to create, found '", o.out_dir, "'");
-  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  fs::create_directories(parent);
-  const fs::path tmp = parent / (out.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  struct RemoveUnlessKept { // the temporary folder goes, whatever fails, unless it became `out`
-    fs::path path;
-    bool keep = false;
-    ~RemoveUnlessKept() {
-      std::error_code ignored;
-      if (!keep) fs::remove_all(path, ignored);
-    }
-  } temporary{tmp};
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  // Written whole: into a temporary folder beside the output, then renamed into place.
+  io::WholeFolder folder(o.out_dir, "data prepare");
+  const fs::path tmp(folder.path());
   const auto train_end = static_cast<std::size_t>(report.train_tokens);
   report.train_shards = write_split(tokens, 0, train_end, tmp, o, "train");
   report.val_shards = write_split(tokens, train_end, tokens.size(), tmp, o, "val");
@@ -269,22 +252,7 @@ PrepareReport prepare_shards_unchecked(const BpeTokenizer& tokenizer, const Prep
       {"train_shards", report.train_shards},
       {"val_shards", report.val_shards}};
   io::write_file_atomic((tmp / "prepare.json").string(), manifest.dump(2) + "\n");
-  io::fsync_directory(tmp.string()); // every shard's entry, before the folder gets its name
-  if (fs::exists(out)) {
-    TS_CHECK(o.force, "data prepare: expected no '", out.string(), "', found one (it appeared ",
-             "while the text was encoded); pass --force to replace it");
-    // Swap the new folder in, in one step where the file system can; the old one is then `tmp`.
-    if (!io::exchange_durably(tmp.string(), out.string())) {
-      const fs::path old =
-          parent / (out.filename().string() + ".old-" + std::to_string(::getpid()));
-      fs::rename(out, old);
-      io::rename_durably(tmp.string(), out.string());
-      fs::remove_all(old);
-    }
-  } else {
-    io::rename_durably(tmp.string(), out.string());
-    temporary.keep = true;
-  }
+  folder.commit(o.force);
   return report;
 }
 

@@ -122,4 +122,44 @@ std::string read_file(const std::string& path) {
   return bytes.str();
 }
 
+WholeFolder::WholeFolder(const std::string& out, const std::string& who) : who_(who) {
+  namespace fs = std::filesystem;
+  // Normalised first: with a trailing '/' ("shards/") the last name would be empty.
+  fs::path path = fs::path(out).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();
+  TS_CHECK(!path.empty() && path.filename() != "." && path.filename() != "..", who, ": expected ",
+           "an output folder to create, found '", out, "'");
+  const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  out_ = path.string();
+  tmp_ = (parent / (path.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+  fs::remove_all(tmp_);
+  fs::create_directories(tmp_);
+}
+
+WholeFolder::~WholeFolder() {
+  std::error_code ignored;
+  if (!committed_) std::filesystem::remove_all(tmp_, ignored);
+}
+
+void WholeFolder::commit(bool replace) {
+  namespace fs = std::filesystem;
+  fsync_directory(tmp_); // every file's entry, before the folder gets its name
+  if (!fs::exists(out_)) {
+    rename_durably(tmp_, out_);
+    committed_ = true;
+    return;
+  }
+  TS_CHECK(replace, who_, ": expected no '", out_, "', found one (it appeared while the new ",
+           "folder was written); pass --force to replace it");
+  // Swapped in one step where the file system can; the old folder is then at tmp_, which the
+  // destructor removes.
+  if (!exchange_durably(tmp_, out_)) {
+    const std::string old = tmp_ + ".old";
+    fs::rename(out_, old);
+    rename_durably(tmp_, out_);
+    fs::remove_all(old);
+  }
+}
+
 } // namespace tinyscale::io

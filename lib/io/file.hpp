@@ -51,4 +51,30 @@ bool exchange_durably(const std::string& a, const std::string& b);
 /// The whole file as bytes; throws naming the file when it is missing or unreadable.
 std::string read_file(const std::string& path);
 
+/// A folder written whole (`data prepare`, `export-hf`): fill path(), a fresh temporary folder
+/// beside the output, then commit(), which fsyncs it and renames it to the output, so a reader
+/// never sees half a folder, nor files of an earlier one beside the new ones. An existing output
+/// is replaced as a whole (in one step where the file system can) when commit() is told to,
+/// refused otherwise. Until commit() has renamed it, the destructor removes the temporary folder.
+class WholeFolder {
+public:
+  /// `out`: the folder to write (a trailing '/' is fine); `who` begins every error message.
+  WholeFolder(const std::string& out, const std::string& who);
+  ~WholeFolder();
+  WholeFolder(const WholeFolder&) = delete;
+  WholeFolder& operator=(const WholeFolder&) = delete;
+
+  /// The temporary folder to fill, created empty.
+  const std::string& path() const { return tmp_; }
+  /// The output folder, normalised.
+  const std::string& out() const { return out_; }
+  /// Puts the folder in place; `replace`: an existing output is swapped out and removed, else
+  /// an output that exists by now is an error that says so.
+  void commit(bool replace);
+
+private:
+  std::string out_, tmp_, who_;
+  bool committed_ = false;
+};
+
 } // namespace tinyscale::io

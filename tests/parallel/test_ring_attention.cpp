@@ -17,6 +17,27 @@ using Catch::Matchers::Contains;
 
 namespace {
 Device device_under_test() { return test::test_device() == "emu" ? Device::emu() : Device::cpu(); }
+
+// Ring attention in float64 on cp = 2 and 4, both cuts, with k and v of `kv_heads` heads and
+// `k_shift` added to k (test::ring_attention_error): every rank within `tolerance` (NaN fails).
+void check_float64_ring(std::int64_t kv_heads, double k_shift, double tolerance) {
+  for (cp::Split split : {cp::Split::Contiguous, cp::Split::LoadBalanced})
+    for (int n : {2, 4}) {
+      INFO("cp " << n << ", " << cp::split_name(split));
+      std::vector<double> error(n);
+      REQUIRE_NOTHROW(comm::run_threads(
+          n,
+          [&](comm::Communicator& group) {
+            error[group.rank()] = test::ring_attention_error(
+                group, split, DType::Float64, device_under_test(), 24, split, kv_heads, k_shift);
+          },
+          comm::testing::test_options()));
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r << ": relative error " << error[r]);
+        CHECK(error[r] <= tolerance);
+      }
+    }
+}
 } // namespace
 
 TEST_CASE("Ring attention equals one rank's causal attention, output and q, k, v gradients, for "
@@ -53,45 +74,14 @@ TEST_CASE("Ring attention equals one rank's causal attention, output and q, k, v
 TEST_CASE("Ring attention with logits beyond exp's range (rows shifted by hundreds) still equals "
           "one rank, cp = 2 and 4, float64 to 1e-10: the merge must be the stable one",
           "[parallel][cp][ex14.2]") {
-  for (cp::Split split : {cp::Split::Contiguous, cp::Split::LoadBalanced})
-    for (int n : {2, 4}) {
-      INFO("cp " << n << ", " << cp::split_name(split));
-      std::vector<double> error(n);
-      REQUIRE_NOTHROW(comm::run_threads(
-          n,
-          [&](comm::Communicator& group) {
-            error[group.rank()] =
-                test::ring_attention_error(group, split, DType::Float64, device_under_test(), 24,
-                                           split, /*kv_heads=*/2, /*k_shift=*/500.0);
-          },
-          comm::testing::test_options()));
-      for (int r = 0; r < n; ++r) {
-        INFO("rank " << r << ": relative error " << error[r]);
-        CHECK(error[r] <= 1e-10); // NaN fails too
-      }
-    }
+  check_float64_ring(/*kv_heads=*/2, /*k_shift=*/500.0, 1e-10);
 }
 
 TEST_CASE("Ring attention with grouped key/value heads (two query heads on one, the ring "
           "carrying the one) equals one rank's grouped-query attention, cp = 2 and 4, float64 to "
           "1e-12",
           "[parallel][cp][llama]") {
-  for (cp::Split split : {cp::Split::Contiguous, cp::Split::LoadBalanced})
-    for (int n : {2, 4}) {
-      INFO("cp " << n << ", " << cp::split_name(split));
-      std::vector<double> error(n);
-      REQUIRE_NOTHROW(comm::run_threads(
-          n,
-          [&](comm::Communicator& group) {
-            error[group.rank()] = test::ring_attention_error(
-                group, split, DType::Float64, device_under_test(), 24, split, /*kv_heads=*/1);
-          },
-          comm::testing::test_options()));
-      for (int r = 0; r < n; ++r) {
-        INFO("rank " << r << ": relative error " << error[r]);
-        CHECK(error[r] <= 1e-12);
-      }
-    }
+  check_float64_ring(/*kv_heads=*/1, /*k_shift=*/0.0, 1e-12);
 }
 
 TEST_CASE("Negative control: ring attention told the wrong chunk map (load-balanced data, "
