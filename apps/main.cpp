@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   tinyscale::app::add_bench_pp(*bench);
   tinyscale::app::add_bench_plan(*bench);
   tinyscale::app::add_train(app);
+  tinyscale::app::add_eval(app);
   tinyscale::app::add_data(app);
   tinyscale::app::add_sample(app);
   tinyscale::app::add_export_hf(app);

@@ -7,16 +7,13 @@
 // the data's entropy rate where it is known, writes JSON lines with --metrics and a Chrome trace
 // with --trace. Easy to get wrong: MFU needs a peak; without one it prints "n/a" and how to get
 // one. Only rank 0 prints and writes metrics; every rank steps, evaluates and saves together.
-#include "backend/cpu/intra_op.hpp"
-#include "comm/launch.hpp"
-#include "comm/launcher.hpp"
 #include "commands.hpp"
-#include "core/device_query.hpp"
+#include "layout.hpp"
+#include "temporary_dir.hpp"
 #include "fourd/memory_report.hpp"
 #include "fourd/run.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
-#include "mesh/host_map.hpp"
 #include "mesh/plan.hpp"
 #include "metrics/mfu.hpp"
 #include "metrics/progress.hpp"
@@ -39,7 +36,7 @@ namespace tinyscale::app {
 
 namespace train_cmd { // this file's helpers (named: the apps compile as one unity build)
 
-struct TrainOptions {
+struct TrainOptions : LayoutOptions { // (--dp, --tp, ... --backend)
   std::string config;
   std::vector<std::string> overrides;
   std::string metrics_path;
@@ -51,24 +48,10 @@ struct TrainOptions {
   std::string recompute; // "": train.recompute
   bool memory = false;   // --memory: each rank's allocator counts, printed beside the formulas
   bool list_keys = false;
-  mesh::ParallelPlan plan; // --dp, --tp, --pp, --ep, --zero and their options
-  std::int64_t bucket_kb = 256;
-  bool no_overlap = false;
-  bool no_prefetch = false;
-  std::string backend = "auto";
   std::string trace_path;
   std::string init_from;       // --init-from: a Hugging Face GPT-2 or Llama folder
   std::string init_checkpoint; // its weights as this run's step-0 checkpoint (run_train writes it)
   std::string init_note;       // what run_loop prints about it
-};
-
-// The temporary checkpoint root of --init-from, removed when the run ends.
-struct TemporaryDir {
-  std::string path;
-  ~TemporaryDir() {
-    std::error_code ignored;
-    if (!path.empty()) std::filesystem::remove_all(path, ignored);
-  }
 };
 
 nlohmann::json moe_json(const std::vector<nn::MoeLayerStats>& moe) {
@@ -190,6 +173,16 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
     std::printf("data: %s\n", trainer.dataset().describe().c_str());
     std::printf("run: %lld steps x %lld sequences x %lld tokens\n", static_cast<long long>(t.steps),
                 static_cast<long long>(t.batch_size), static_cast<long long>(t.seq_len));
+    // validation never wraps round: past the split's windows it uses every window once
+    const std::vector<std::int64_t> val_rows = train::validation_rows(t, trainer.dataset());
+    std::int64_t windows = 0;
+    for (std::int64_t r : val_rows) windows += r;
+    if (windows < t.eval_batches * t.batch_size)
+      std::printf("validation: every one of the split's %lld windows of %lld tokens once, in %zu "
+                  "batches (train.eval_batches x train.batch_size = %lld rows would count "
+                  "windows twice)\n",
+                  static_cast<long long>(windows), static_cast<long long>(t.seq_len),
+                  val_rows.size(), static_cast<long long>(t.eval_batches * t.batch_size));
     if (on_cpu)
       std::printf("threads: %d per rank for the CPU kernels (train.threads; MFU counts %d %s)\n",
                   threads, cores, cores == 1 ? "core" : "cores");
@@ -296,24 +289,6 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
   }
 }
 
-// Processes (mpirun, srun): which host, local rank and device each rank got, and whether each
-// group of the mesh stays inside a host. Collective; rank 0 prints. (Threads share one process.)
-void print_host_map(const mesh::ParallelPlan& plan, const train::TrainConfig& t,
-                    comm::Communicator& world, comm::Backend backend, int threads) {
-  const comm::LaunchInfo launch = comm::read_launch_info();
-  std::string device = t.device;
-  if (t.device == "cpu")
-    device += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
-  else if (t.device == "cuda")
-    device += ":" + std::to_string(cuda_current_device());
-  const auto hosts = mesh::gather_rank_hosts(world, launch, device);
-  if (world.rank() != 0) return;
-  std::printf("%s", mesh::format_host_map(plan.for_world(world.size()).mesh_layout(), hosts, launch,
-                                          comm::backend_name(backend))
-                        .c_str());
-  std::fflush(stdout);
-}
-
 // --memory, on the root: the table, and with --metrics one more JSON line with the rows.
 void report_memory(const TrainOptions& opt, const std::vector<fourd::MemoryRow>& rows) {
   std::printf("%s", fourd::format_memory_rows(rows).c_str());
@@ -366,67 +341,22 @@ void run_train(TrainOptions opt) {
   TS_CHECK(config.train.memory_cap_mib == 0 || config.train.device == "cpu",
            "train.memory_cap_mib: expected train.device = \"cpu\" (the cap is the CPU ",
            "allocator's), found \"", config.train.device, "\"; set the cap to 0 there");
-  TemporaryDir init_root;
+  TemporaryDir init_root; // --init-from's step-0 checkpoint, removed when the run ends
   if (!opt.init_from.empty()) {
     // The model's shape is the folder's in any case (a resumed run's checkpoint has it); its
     // weights are read only when the run starts at step 0.
     config = train::with_hf_model(config, io::read_hf_config(opt.init_from));
     if (!resumes(opt, config.train)) {
       const io::HfModel hf = io::import_hf(opt.init_from);
-      std::string pattern;
-      try {
-        pattern = (std::filesystem::temp_directory_path() / "tinyscale-init-XXXXXX").string();
-      } catch (const std::filesystem::filesystem_error& e) {
-        throw Error(std::string("train --init-from: no temporary folder (") + e.what() +
-                    "); set TMPDIR to a writable folder");
-      }
-      TS_CHECK(::mkdtemp(pattern.data()) != nullptr, "train --init-from: could not create a ",
-               "temporary folder like ", pattern, "; set TMPDIR to a writable folder");
-      init_root.path = pattern;
-      opt.init_checkpoint = train::write_init_checkpoint(config, hf, init_root.path + "/run");
+      init_root = TemporaryDir("train --init-from");
+      opt.init_checkpoint = train::write_init_checkpoint(config, hf, init_root.path() + "/run");
       opt.init_note = train::describe_hf_model(opt.init_from, hf.config);
     }
   }
-  mesh::ParallelPlan& plan = opt.plan;
-  plan.bucket_bytes = opt.bucket_kb * 1024;
-  plan.overlap = !opt.no_overlap;
-  plan.prefetch = !opt.no_prefetch;
-  // Auto picks nccl for a GPU under mpirun; nccl reads only GPU memory, so it needs cuda.
-  const comm::Backend backend = comm::resolve_backend(comm::parse_backend(opt.backend),
-                                                      train::parse_device(config.train.device));
-  TS_CHECK(backend != comm::Backend::Nccl || config.train.device == "cuda",
-           "train: --backend nccl: expected train.device = \"cuda\" (nccl reads only GPU ",
-           "memory), found \"", config.train.device, "\"; set --set train.device=\"cuda\" ",
-           "or use --backend mpi");
-  const bool threads = backend == comm::Backend::Threads;
-  // On threads the world is known now: refuse a bad plan before any rank starts (under mpirun
-  // every rank checks it in make_run, once -np has decided the world).
-  if (threads) fourd::check_plan(plan.for_world(plan.threads_world()), config, opt.trace_path);
-  const bool one_rank = plan.threads_world() == 1 && plan.dp == 0 && plan.zero == 0 &&
-                        !plan.composed() && opt.trace_path.empty() && threads;
-  // The ranks that share this machine's cores: this process's threads, or the launcher's
-  // processes on this node; and the cores Slurm gave each process (--cpus-per-task), if it did.
-  const comm::LaunchInfo launch = comm::read_launch_info();
-  const int sharing = threads ? plan.threads_world() : launch.local_size;
-  const int given = threads && launch.cpus_per_task > 0
-                        ? std::max(1, launch.cpus_per_task / plan.threads_world())
-                        : launch.cpus_per_task;
-  if (one_rank) { // the single-rank reference of chapter 02, without any wrapper
-    const int per_rank = train::threads_per_rank(config.train, 1, launch.cpus_per_task);
-    cpu::IntraOpThreads intra_op(per_rank);
-    run_rank(opt, config, nullptr, per_rank, [&] { return train::make_single_rank_run(config); });
-    return;
-  }
-  const int per_rank = train::threads_per_rank(config.train, sharing, given);
-  comm::run_world(backend, plan.threads_world(), [&](comm::Communicator& world) {
-    cpu::IntraOpThreads intra_op(per_rank); // on this rank's thread, for its whole run
-    if (!threads) { // where every rank landed, before the run's first collective
-      fourd::check_plan(plan.for_world(world.size()), config, opt.trace_path);
-      print_host_map(plan, config.train, world, backend, per_rank);
-    }
-    run_rank(opt, config, &world, per_rank,
-             [&] { return fourd::make_run(plan, config, world, opt.trace_path); });
-  });
+  run_layout(opt, config, opt.trace_path, "train",
+             [&](comm::Communicator* world, int threads, const RunMaker& make) {
+               run_rank(opt, config, world, threads, make);
+             });
 }
 
 } // namespace train_cmd
@@ -475,78 +405,7 @@ void add_train(CLI::App& app) {
       "checkpoint, start at step 0 when it holds none, and say which: one command for "
       "the first start and every restart (a requeued job, a restart loop)");
   cmd->add_flag("--list-keys", opt->list_keys, "List every config key with its default and exit");
-  cmd->add_option(
-         "--dp", opt->plan.dp,
-         "Data-parallel ranks (chapter 04): N threads, or under mpirun the world size "
-         "divided by tp x pp x cp; train.batch_size is the global batch and must divide by "
-         "N x micro_batches")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("--tp", opt->plan.tp,
-                  "Tensor-parallel ranks (chapter 05): the model's heads, MLP and vocabulary split "
-                  "over N ranks; with --dp the world is dp x tp (tp innermost)")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_flag("--sp", opt->plan.sequence_parallel,
-                "Sequence parallelism with --tp: LayerNorm and dropout on sequence shards");
-  cmd->add_option("--ep", opt->plan.ep,
-                  "Expert-parallel ranks (chapter 08): each MoE layer's experts spread over N of "
-                  "the --dp data-parallel ranks (N divides dp and model.moe.n_experts); on "
-                  "threads without --dp, dp = N")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("--ep-placement", opt->plan.ep_placement,
-                  "Which experts each ep rank holds: contiguous (rank r: r*E/ep ...) or "
-                  "round-robin (rank r: r, r+ep, ...)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"contiguous", "round-robin"}));
-  cmd->add_option("--ep-capacity", opt->plan.ep_capacity,
-                  "Which tokens an expert's capacity counts: local (each rank's micro-batch, as "
-                  "one rank with dp x micro_batches micro-batches) or global (the ep ranks' "
-                  "micro-batches together, from an all-gather of counts, as one rank with "
-                  "dp/ep x micro_batches micro-batches)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"local", "global"}));
-  cmd->add_option(
-         "--cp", opt->plan.cp,
-         "Context-parallel ranks: every sequence cut over N ranks, attention as a ring "
-         "passing keys and values around them (lib/cp); with --dp the world is dp x cp "
-         "(cp innermost); with --tp, --pp, --ep or --zero 1 chapter 10's composed run. MoE "
-         "routers pool their decision over the cp ranks. Not yet with --zero 2 or 3")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("--cp-split", opt->plan.cp_split,
-                  "With --cp: load-balanced (2N chunks, rank r holds chunks r and 2N-1-r: equal "
-                  "causal attention work) or contiguous (N chunks in order: the last rank works "
-                  "most)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"load-balanced", "contiguous"}));
-  cmd->add_option("--zero", opt->plan.zero,
-                  "ZeRO stage over the --dp ranks (chapter 07): 0 plain data parallelism, 1 "
-                  "shards the optimizer state, 2 also the gradients, 3 also the parameters")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 3));
-  cmd->add_option("--pp", opt->plan.pp,
-                  "Pipeline ranks (chapter 06): the model's blocks cut into N stages, one per "
-                  "rank; train.micro_batches micro-batches flow through them; with --dp D, D "
-                  "pipelines (the world is pp x dp, dp innermost)")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("--schedule", opt->plan.schedule,
-                  "With --pp: gpipe, 1f1b, interleaved (with --chunks) or zb-h1")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
-  cmd->add_option("--chunks", opt->plan.chunks,
-                  "With --schedule interleaved: model chunks per rank (virtual stages = pp x "
-                  "chunks; micro_batches a multiple of pp)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  cmd->add_option("--pp-blocks", opt->plan.pp_blocks,
-                  "With --pp: blocks per virtual stage by hand, e.g. 3,2,2,3, or `measured`: "
-                  "balance the stages by timing the embeddings, each block and the head (default: "
-                  "the same number of blocks per stage, give or take one)");
-  cmd->add_option("--order", opt->plan.order,
-                  "Rank order of a composed run (chapter 10), innermost first: the first axis "
-                  "varies fastest across ranks")
-      ->capture_default_str();
-  cmd->add_option("--topology", opt->plan.topology,
-                  "With a composed run: print the placement report of its mesh on this topology "
-                  "file (configs/topologies/*.toml): the links every group crosses");
+  add_layout_options(cmd, *opt);
   cmd->add_option("--recompute", opt->recompute,
                   "Activation recompute, as train.recompute: none, selective (the attention "
                   "core's scores and softmax rebuilt in the backward) or full (each block from its "
@@ -558,21 +417,6 @@ void add_train(CLI::App& app) {
                 "parameters and optimizer state; a step's peak above that; the run's peak) beside "
                 "the planner's formulas for its pipeline stage (train.device = cpu); with "
                 "--metrics also as one JSON line {\"memory\": [...]}");
-  cmd->add_flag("--no-prefetch", opt->no_prefetch,
-                "With --zero 3: gather each unit only when it is needed, not one unit ahead");
-  cmd->add_option("--backend", opt->backend,
-                  "Where the ranks run: auto (under mpirun or srun --mpi=pmix: nccl when "
-                  "train.device = cuda and NCCL is built, else mpi; otherwise threads), threads "
-                  "(ranks as threads; on a device they share it, moving buffers device to "
-                  "device), mpi (device tensors staged through the host) or nccl (one GPU per "
-                  "process, under mpirun or srun)")
-      ->capture_default_str();
-  cmd->add_option("--bucket-kb", opt->bucket_kb,
-                  "Gradient bucket size in KiB (1 KiB or less: about one bucket per parameter)")
-      ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
-  cmd->add_flag("--no-overlap", opt->no_overlap,
-                "All-reduce every bucket after backward instead of during it");
   cmd->add_option("--trace", opt->trace_path,
                   "Write a Chrome trace (every rank's compute and communication; with --cp also "
                   "the ring's attention and transfers) to FILE and report the overlap; view with "

@@ -483,9 +483,11 @@ double PipelineTrainer::evaluate() {
   NoGradGuard no_grad;
   const train::TrainConfig& t = trainer_.config().train;
   const int last = schedule_.virtual_stages() - 1;
-  double total = 0;
-  for (std::int64_t j = 0; j < t.eval_batches; ++j) {
-    const data::Batch host = trainer_.dataset().batch(data::Split::Val, j, t.batch_size, t.seq_len);
+  const std::vector<std::int64_t> rows = train::validation_rows(t, trainer_.dataset());
+  std::vector<double> losses;
+  for (std::size_t j = 0; j < rows.size(); ++j) {
+    const data::Batch host = trainer_.dataset().batch(
+        data::Split::Val, static_cast<std::int64_t>(j), t.batch_size, t.seq_len, 0, rows[j]);
     const data::Batch b{host.inputs.to(trainer_.device()), host.targets.to(trainer_.device())};
     const nn::ForwardContext ctx{};
     Tensor x;
@@ -496,20 +498,22 @@ double PipelineTrainer::evaluate() {
         x = model_->embed(b.inputs, ctx);
       } else if (schedule_.rank_of(v - 1) != rank_) {
         x = Tensor::empty(
-            Shape({t.batch_size, model_->positions(t.seq_len), trainer_.config().model.n_embd}),
+            Shape({rows[j], model_->positions(t.seq_len), trainer_.config().model.n_embd}),
             trainer_.config().model.compute_dtype(), trainer_.device());
         comm::recv(*group_, x, schedule_.rank_of(v - 1), eval_tag - 1);
       }
       for (int i = partition_.begin(v); i < partition_.end(v); ++i) x = model_->block(i, x, ctx).y;
       if (v == last)
-        total += model_->loss(x, b.targets).item();
+        losses.push_back(model_->loss(x, b.targets).item());
       else if (schedule_.rank_of(v + 1) != rank_)
         comm::isend(*group_, x, schedule_.rank_of(v + 1), eval_tag)->wait();
     }
   }
-  Tensor sum = Tensor::from_vector({total}, Shape({1}), DType::Float64);
-  comm::all_reduce(*group_, sum); // only the last stage's rank has a loss
-  return sum.item() / static_cast<double>(t.eval_batches);
+  // only the last stage's rank has the losses (the others add 0)
+  const double mine = losses.empty() ? 0.0 : train::mean_over_rows(losses, rows, t.batch_size);
+  Tensor sum = Tensor::from_vector({mine}, Shape({1}), DType::Float64);
+  comm::all_reduce(*group_, sum);
+  return sum.item();
 }
 
 } // namespace tinyscale::pp

@@ -160,12 +160,37 @@ double Trainer::evaluate(nn::ForwardHooks* hooks) const {
   const TrainConfig& t = config_.train;
   nn::ForwardContext ctx;
   ctx.hooks = hooks;
-  double total = 0;
-  for (std::int64_t j = 0; j < t.eval_batches; ++j) {
-    data::Batch b = data_.batch(data::Split::Val, j, t.batch_size, t.seq_len);
-    total += model_->forward(b.inputs.to(device_), b.targets.to(device_), ctx).lm_loss.item();
+  const std::vector<std::int64_t> rows = validation_rows(t, data_);
+  std::vector<double> losses;
+  for (std::size_t j = 0; j < rows.size(); ++j) {
+    data::Batch b = data_.batch(data::Split::Val, static_cast<std::int64_t>(j), t.batch_size,
+                                t.seq_len, 0, rows[j]);
+    losses.push_back(
+        model_->forward(b.inputs.to(device_), b.targets.to(device_), ctx).lm_loss.item());
   }
-  return total / static_cast<double>(t.eval_batches);
+  return mean_over_rows(losses, rows, t.batch_size);
+}
+
+std::vector<std::int64_t> validation_rows(const TrainConfig& t, const data::TokenDataset& data) {
+  const std::int64_t windows = data.val_windows(t.seq_len);
+  std::vector<std::int64_t> rows;
+  for (std::int64_t j = 0; j < t.eval_batches && j * t.batch_size < windows; ++j)
+    rows.push_back(std::min(t.batch_size, windows - j * t.batch_size));
+  return rows;
+}
+
+double mean_over_rows(const std::vector<double>& losses, const std::vector<std::int64_t>& rows,
+                      std::int64_t batch_size) {
+  // Each batch weighs rows / batch_size: exactly 1 for a full batch, so with every batch full
+  // this is the plain mean, bit for bit.
+  double total = 0, weight = 0;
+  for (std::size_t j = 0; j < losses.size(); ++j) {
+    const double w =
+        static_cast<double>(rows[j]) / static_cast<double>(batch_size);
+    total += losses[j] * w;
+    weight += w;
+  }
+  return total / weight;
 }
 
 std::string Trainer::save_checkpoint(optim::StateTensors optimizer_state) const {

@@ -36,6 +36,16 @@ Device parse_device(const std::string& name);
 /// `path` in every key but logging, evaluation and checkpoint keys (what resume() checks).
 void check_same_run(const io::RunConfig& saved, const io::RunConfig& now, const std::string& path);
 
+/// The rows of each validation batch of an evaluation: train.eval_batches batches of
+/// train.batch_size rows, but never past the validation split's windows (val rows would wrap
+/// round and count windows twice): then every window once, the last batch holding what is left.
+std::vector<std::int64_t> validation_rows(const TrainConfig& t, const data::TokenDataset& data);
+
+/// The mean over every evaluated row of per-batch means `losses` (batch j of rows[j] rows, out
+/// of full batches of `batch_size`): the plain mean of the losses when every batch is full.
+double mean_over_rows(const std::vector<double>& losses, const std::vector<std::int64_t>& rows,
+                      std::int64_t batch_size);
+
 /// Owns the model, optimizer and data of one run.
 class Trainer {
 public:
@@ -78,7 +88,7 @@ public:
   /// Runs one optimizer step: zero_grad, micro_batches x (forward_micro_batch, backward of
   /// loss / micro_batches, add_micro_batch), finish_step.
   StepResult train_step();
-  /// Mean cross-entropy over train.eval_batches validation batches (no gradients). `hooks`
+  /// Mean cross-entropy over the validation batches of validation_rows (no gradients). `hooks`
   /// (optional) are called around each block and the head (ZeRO-3 gathers one unit at a time).
   double evaluate(nn::ForwardHooks* hooks = nullptr) const;
 
