@@ -58,7 +58,7 @@ std::optional<data::BpeTokenizer> text_tokenizer(const EvalOptions& opt, std::st
   if (dir.empty() && !opt.hf.empty() && fs::exists(fs::path(opt.hf) / "vocab.json") &&
       fs::exists(fs::path(opt.hf) / "merges.txt"))
     dir = opt.hf;
-  which = dir.empty() ? "bytes (no --tokenizer)"
+  which = dir.empty()            ? "bytes (no --tokenizer)"
           : dir == opt.tokenizer ? "the tokenizer " + dir
                                  : "the folder's tokenizer";
   if (dir.empty()) return std::nullopt;
@@ -75,7 +75,8 @@ std::string text_as_shard(const EvalOptions& opt, const std::string& folder,
   const std::optional<data::BpeTokenizer> tokenizer = text_tokenizer(opt, which);
   std::vector<std::uint16_t> tokens;
   if (tokenizer) {
-    for (std::int32_t id : tokenizer->encode(text)) tokens.push_back(static_cast<std::uint16_t>(id));
+    for (std::int32_t id : tokenizer->encode(text))
+      tokens.push_back(static_cast<std::uint16_t>(id));
   } else {
     for (unsigned char c : text) tokens.push_back(c);
   }
@@ -99,11 +100,11 @@ io::RunConfig eval_config(const EvalOptions& opt, const nn::ModelConfig& model,
              opt.hf.empty() ? "checkpoint's" : "folder's",
              "; --set may change the data, the batch and the device (data.*, train.*), not the "
              "model's keys");
-  io::RunConfig config = !opt.config.empty()   ? io::load_config(opt.config, opt.overrides)
-                         : !saved_toml.empty() ? io::parse_config(saved_toml, opt.checkpoint +
-                                                                                  " (manifest config)",
-                                                                  opt.overrides)
-                                               : io::parse_config("", "eval", opt.overrides);
+  io::RunConfig config =
+      !opt.config.empty() ? io::load_config(opt.config, opt.overrides)
+      : !saved_toml.empty()
+          ? io::parse_config(saved_toml, opt.checkpoint + " (manifest config)", opt.overrides)
+          : io::parse_config("", "eval", opt.overrides);
   config = opt.hf.empty() ? [&] {
     io::RunConfig c = config;
     c.model = model;
@@ -137,8 +138,8 @@ void write_per_token(const EvalOptions& opt, const io::RunConfig& config,
            " (the validation windows of ", config.train.seq_len, " tokens), found ", opt.window);
   const data::Batch b = data.batch(data::Split::Val, opt.window, 1, config.train.seq_len);
   const nn::ForwardContext ctx; // not training: no dropout
-  const nn::ModelOutput out = one.model().forward(b.inputs.to(one.device()),
-                                                  b.targets.to(one.device()), ctx);
+  const nn::ModelOutput out =
+      one.model().forward(b.inputs.to(one.device()), b.targets.to(one.device()), ctx);
   const std::vector<double> logits = out.logits.to(Device::cpu()).to_vector();
   std::vector<std::int64_t> ids, targets; // (ids are exact in a double)
   for (double v : b.inputs.to_vector()) ids.push_back(static_cast<std::int64_t>(v));
@@ -158,12 +159,13 @@ void write_per_token(const EvalOptions& opt, const io::RunConfig& config,
       std::vector<std::size_t> order(vocab);
       for (std::size_t v = 0; v < vocab; ++v) order[v] = v;
       const auto k = std::min<std::size_t>(static_cast<std::size_t>(opt.top), vocab);
-      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k),
-                        order.end(), [&](std::size_t a, std::size_t c) {
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                        [&](std::size_t a, std::size_t c) {
                           return row[a] > row[c] || (row[a] == row[c] && a < c);
                         });
       nlohmann::json best = nlohmann::json::array();
-      for (std::size_t i = 0; i < k; ++i) best.push_back({{"id", order[i]}, {"logit", row[order[i]]}});
+      for (std::size_t i = 0; i < k; ++i)
+        best.push_back({{"id", order[i]}, {"logit", row[order[i]]}});
       top.push_back(best);
     }
   }
@@ -217,50 +219,46 @@ void run_eval(EvalOptions opt) {
                                 : opt.shards;
   const io::RunConfig config = eval_config(opt, model, saved_toml, shard, scratch.path());
   if (!opt.shards.empty()) text_note = opt.shards + " (every token of it)";
-  const std::string step0 =
-      train::write_init_checkpoint(config, io::HfModel{config.model, weights}, scratch.path() + "/run");
+  const std::string step0 = train::write_init_checkpoint(config, io::HfModel{config.model, weights},
+                                                         scratch.path() + "/run");
   weights.clear(); // the step-0 checkpoint holds them now
-  run_layout(opt, config, "", "eval",
-             [&](comm::Communicator* world, int threads, const RunMaker& make) {
-               (void)threads;
-               const bool root = world == nullptr || world->rank() == 0;
-               std::unique_ptr<train::RankRun> run = make();
-               run->resume(step0);
-               const std::vector<std::int64_t> rows =
-                   train::validation_rows(config.train, run->dataset());
-               const double loss = run->evaluate();
-               if (!root) return;
-               const std::string layout = run->describe();
-               std::int64_t windows = 0;
-               for (std::int64_t r : rows) windows += r;
-               const std::int64_t all = run->dataset().val_windows(config.train.seq_len);
-               const std::int64_t tokens = windows * config.train.seq_len;
-               std::printf("eval: %s\n", source.c_str());
-               if (!layout.empty()) std::printf("%s\n", layout.c_str());
-               std::printf("data: %s\n", text_note.empty() ? run->dataset().describe().c_str()
-                                                           : text_note.c_str());
-               std::printf("eval: %lld of the %lld validation windows of %lld tokens (%s) in "
-                           "%zu batches of up to %lld rows: %lld tokens\n",
-                           static_cast<long long>(windows), static_cast<long long>(all),
-                           static_cast<long long>(config.train.seq_len),
-                           windows == all ? "every one once" : "the first ones, each once",
-                           rows.size(), static_cast<long long>(config.train.batch_size),
-                           static_cast<long long>(tokens));
-               std::printf("eval loss %.4f | perplexity %.3f\n", loss, std::exp(loss));
-               std::fflush(stdout);
-               if (!opt.metrics.empty()) {
-                 std::ofstream file(opt.metrics);
-                 file << nlohmann::json{{"loss", loss},
-                                        {"perplexity", std::exp(loss)},
-                                        {"windows", windows},
-                                        {"validation_windows", all},
-                                        {"batches", rows.size()},
-                                        {"tokens", tokens}}
-                             .dump()
-                      << "\n";
-                 TS_CHECK(file.good(), "eval --metrics: could not write ", opt.metrics);
-               }
-             });
+  run_layout(
+      opt, config, "", "eval", [&](comm::Communicator* world, int threads, const RunMaker& make) {
+        (void)threads;
+        const bool root = world == nullptr || world->rank() == 0;
+        std::unique_ptr<train::RankRun> run = make();
+        run->resume(step0);
+        const std::vector<std::int64_t> rows = train::validation_rows(config.train, run->dataset());
+        const double loss = run->evaluate();
+        if (!root) return;
+        const std::string layout = run->describe();
+        std::int64_t windows = 0;
+        for (std::int64_t r : rows) windows += r;
+        const std::int64_t all = run->dataset().val_windows(config.train.seq_len);
+        const std::int64_t tokens = windows * config.train.seq_len;
+        std::printf("eval: %s\n", source.c_str());
+        if (!layout.empty()) std::printf("%s\n", layout.c_str());
+        std::printf("data: %s\n",
+                    text_note.empty() ? run->dataset().describe().c_str() : text_note.c_str());
+        std::printf("eval: %lld of the %lld validation windows of %lld tokens (%s) in "
+                    "%zu batches of up to %lld rows: %lld tokens\n",
+                    static_cast<long long>(windows), static_cast<long long>(all),
+                    static_cast<long long>(config.train.seq_len),
+                    windows == all ? "every one once" : "the first ones, each once", rows.size(),
+                    static_cast<long long>(config.train.batch_size),
+                    static_cast<long long>(tokens));
+        std::printf("eval loss %.4f | perplexity %.3f\n", loss, std::exp(loss));
+        std::fflush(stdout);
+        if (!opt.metrics.empty()) {
+          std::ofstream file(opt.metrics);
+          file << nlohmann::json{{"loss", loss},           {"perplexity", std::exp(loss)},
+                                 {"windows", windows},     {"validation_windows", all},
+                                 {"batches", rows.size()}, {"tokens", tokens}}
+                      .dump()
+               << "\n";
+          TS_CHECK(file.good(), "eval --metrics: could not write ", opt.metrics);
+        }
+      });
   if (!opt.per_token.empty()) write_per_token(opt, config, step0);
 }
 

@@ -125,10 +125,10 @@ void add_layout_options(CLI::App* cmd, LayoutOptions& o) {
                 "All-reduce every bucket after backward instead of during it");
 }
 
-void run_layout(LayoutOptions& o, const io::RunConfig& config, const std::string& trace_path,
-                const char* command,
-                const std::function<void(comm::Communicator* world, int threads,
-                                         const RunMaker& make)>& body) {
+void run_layout(
+    LayoutOptions& o, const io::RunConfig& config, const std::string& trace_path,
+    const char* command,
+    const std::function<void(comm::Communicator* world, int threads, const RunMaker& make)>& body) {
   mesh::ParallelPlan& plan = o.plan;
   plan.bucket_bytes = o.bucket_kb * 1024;
   plan.overlap = !o.no_overlap;
@@ -136,8 +136,8 @@ void run_layout(LayoutOptions& o, const io::RunConfig& config, const std::string
   // Auto picks nccl for a GPU under mpirun; nccl reads only GPU memory, so it needs cuda.
   const comm::Backend backend = comm::resolve_backend(comm::parse_backend(o.backend),
                                                       train::parse_device(config.train.device));
-  TS_CHECK(backend != comm::Backend::Nccl || config.train.device == "cuda",
-           command, " --backend nccl: expected train.device = \"cuda\" (nccl reads only GPU ",
+  TS_CHECK(backend != comm::Backend::Nccl || config.train.device == "cuda", command,
+           " --backend nccl: expected train.device = \"cuda\" (nccl reads only GPU ",
            "memory), found \"", config.train.device, "\"; set --set train.device=\"cuda\" ",
            "or use --backend mpi");
   const bool threads = backend == comm::Backend::Threads;
@@ -169,6 +169,5 @@ void run_layout(LayoutOptions& o, const io::RunConfig& config, const std::string
     body(&world, per_rank, [&] { return fourd::make_run(plan, config, world, trace_path); });
   });
 }
-
 
 } // namespace tinyscale::app

@@ -37,9 +37,9 @@ using RunMaker = std::function<std::unique_ptr<train::RankRun>()>;
 /// (nullptr: the single-rank run, in this thread), its CPU threads for kernels and the maker of
 /// its run. Refuses a layout the model or the world cannot have before any rank starts (under
 /// mpirun, each rank before its first collective). `command` names the caller in messages.
-void run_layout(LayoutOptions& o, const io::RunConfig& config, const std::string& trace_path,
-                const char* command,
-                const std::function<void(comm::Communicator* world, int threads,
-                                         const RunMaker& make)>& body);
+void run_layout(
+    LayoutOptions& o, const io::RunConfig& config, const std::string& trace_path,
+    const char* command,
+    const std::function<void(comm::Communicator* world, int threads, const RunMaker& make)>& body);
 
 } // namespace tinyscale::app

@@ -8,15 +8,15 @@
 // with --trace. Easy to get wrong: MFU needs a peak; without one it prints "n/a" and how to get
 // one. Only rank 0 prints and writes metrics; every rank steps, evaluates and saves together.
 #include "commands.hpp"
-#include "layout.hpp"
-#include "temporary_dir.hpp"
 #include "fourd/memory_report.hpp"
 #include "fourd/run.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
+#include "layout.hpp"
 #include "mesh/plan.hpp"
 #include "metrics/mfu.hpp"
 #include "metrics/progress.hpp"
+#include "temporary_dir.hpp"
 #include "train/init_from.hpp"
 #include "train/run.hpp"
 

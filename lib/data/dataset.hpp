@@ -48,9 +48,7 @@ public:
 
   /// The validation windows of `seq_len` inputs (each reads seq_len + 1 tokens): val rows past
   /// this many wrap round to window 0.
-  std::int64_t val_windows(std::int64_t seq_len) const {
-    return (size(Split::Val) - 1) / seq_len;
-  }
+  std::int64_t val_windows(std::int64_t seq_len) const { return (size(Split::Val) - 1) / seq_len; }
 
   /// The exact entropy rate in nats per token (Markov source only): the floor of the loss.
   std::optional<double> entropy_rate() const { return entropy_rate_; }

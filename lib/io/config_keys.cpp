@@ -87,7 +87,9 @@ std::span<const ConfigKey> config_keys() {
           "gradient accumulation steps, per rank under --dp (batch_size must divide by dp x this)"),
       TS_CONFIG_KEY(train.seed, "seeds parameter init and dropout"),
       TS_CONFIG_KEY(train.eval_every, "evaluate every N steps; 0 = only at the end"),
-      TS_CONFIG_KEY(train.eval_batches, "validation batches per evaluation (at most the validation split's windows, each once)"),
+      TS_CONFIG_KEY(
+          train.eval_batches,
+          "validation batches per evaluation (at most the validation split's windows, each once)"),
       TS_CONFIG_KEY(train.log_every, "print a log line every N steps"),
       TS_CONFIG_KEY(train.checkpoint_every, "write a checkpoint every N steps; 0 = never"),
       TS_CONFIG_KEY(train.checkpoint_dir, "directory that holds the checkpoints"),

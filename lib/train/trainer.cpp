@@ -185,8 +185,7 @@ double mean_over_rows(const std::vector<double>& losses, const std::vector<std::
   // this is the plain mean, bit for bit.
   double total = 0, weight = 0;
   for (std::size_t j = 0; j < losses.size(); ++j) {
-    const double w =
-        static_cast<double>(rows[j]) / static_cast<double>(batch_size);
+    const double w = static_cast<double>(rows[j]) / static_cast<double>(batch_size);
     total += losses[j] * w;
     weight += w;
   }
