@@ -12,6 +12,7 @@
 #include "data/shards.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
+#include "io/file.hpp"
 #include "io/hf_export.hpp"
 #include "layout.hpp"
 #include "temporary_dir.hpp"
@@ -196,6 +197,8 @@ void run_eval(EvalOptions opt) {
   TS_CHECK(opt.top >= 0 && opt.top <= 1000 && (opt.top == 0 || !opt.per_token.empty()),
            "eval --top: expected 0 to 1000 and --per-token FILE with it, found ", opt.top,
            opt.per_token.empty() ? " without --per-token" : "");
+  if (!opt.metrics.empty()) io::check_writable_file(opt.metrics, "eval --metrics");
+  if (!opt.per_token.empty()) io::check_writable_file(opt.per_token, "eval --per-token");
   // The weights and the model they belong to.
   nn::ModelConfig model;
   io::NamedTensors weights;

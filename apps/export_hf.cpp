@@ -57,6 +57,7 @@ void run_export(const ExportOptions& opt) {
            "' (or an empty one), found one with files in it (an earlier export?); the export is ",
            "written as a whole folder, never into another: choose a new folder, or pass --force ",
            "to replace this one");
+  io::WholeFolder folder(opt.dir, "export-hf"); // (first: an unwritable place fails now)
   io::Checkpoint c = io::read_checkpoint(opt.checkpoint);
   io::RunConfig config = io::parse_config(c.config_toml, opt.checkpoint + " (manifest config)");
   std::map<std::string, Tensor> saved(c.model.begin(), c.model.end());
@@ -68,7 +69,6 @@ void run_export(const ExportOptions& opt) {
              ", found none");
     params.push_back(nn::NamedParameter{p.name, it->second, p.decay});
   }
-  io::WholeFolder folder(opt.dir, "export-hf");
   const std::string files = write_folder(opt, config, params, folder.path());
   folder.commit(opt.force);
   std::printf("exported step %lld of %s to %s (%s)\n", static_cast<long long>(c.step),

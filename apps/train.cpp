@@ -7,11 +7,13 @@
 // the data's entropy rate where it is known, writes JSON lines with --metrics and a Chrome trace
 // with --trace. Easy to get wrong: MFU needs a peak; without one it prints "n/a" and how to get
 // one. Only rank 0 prints and writes metrics; every rank steps, evaluates and saves together.
+#include "comm/launcher.hpp"
 #include "commands.hpp"
 #include "fourd/memory_report.hpp"
 #include "fourd/run.hpp"
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
+#include "io/file.hpp"
 #include "layout.hpp"
 #include "mesh/plan.hpp"
 #include "metrics/mfu.hpp"
@@ -341,6 +343,14 @@ void run_train(TrainOptions opt) {
   TS_CHECK(config.train.memory_cap_mib == 0 || config.train.device == "cpu",
            "train.memory_cap_mib: expected train.device = \"cpu\" (the cap is the CPU ",
            "allocator's), found \"", config.train.device, "\"; set the cap to 0 there");
+  // Where the run will write, checked before any work (on the process of rank 0, which writes
+  // the checkpoints, the metrics and the trace).
+  if (comm::read_launch_info().rank == 0) {
+    if (config.train.checkpoint_every > 0)
+      io::check_writable_folder(config.train.checkpoint_dir, "train.checkpoint_dir");
+    if (!opt.metrics_path.empty()) io::check_writable_file(opt.metrics_path, "train --metrics");
+    if (!opt.trace_path.empty()) io::check_writable_file(opt.trace_path, "train --trace");
+  }
   TemporaryDir init_root; // --init-from's step-0 checkpoint, removed when the run ends
   if (!opt.init_from.empty()) {
     // The model's shape is the folder's in any case (a resumed run's checkpoint has it); its

@@ -66,6 +66,11 @@ void check_options(const PrepareOptions& o) {
   TS_CHECK(o.force || !fs::exists(o.out_dir), "data prepare: expected no '", o.out_dir,
            "' (the output is written whole, never into an existing folder), found one; remove it ",
            "or pass --force to replace it");
+  // before the tokenizing, not after it: the folder the output goes in takes a file
+  fs::path out = fs::path(o.out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path(); // "shards/"
+  io::check_writable_folder(out.has_parent_path() ? out.parent_path().string() : ".",
+                            "data prepare (the folder the output goes in)");
 }
 
 // Runs `f`, turning the std::filesystem errors it throws (a folder that cannot be read, a full

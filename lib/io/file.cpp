@@ -122,6 +122,45 @@ std::string read_file(const std::string& path) {
   return bytes.str();
 }
 
+namespace {
+// Creates and removes a file in `dir`; "" when that worked, else why not.
+std::string write_probe(const std::filesystem::path& dir) {
+  const std::filesystem::path probe =
+      dir / (".tinyscale-write-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return std::strerror(errno);
+  const bool written = ::write(fd, "ok", 2) == 2;
+  const std::string why = written ? "" : std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return why;
+}
+} // namespace
+
+void check_writable_folder(const std::string& dir, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::create_directories(dir, error);
+  TS_CHECK(!error, what, ": expected a folder that can be created and written, found that '", dir,
+           "' cannot be created (", error.message(), "); choose a writable folder");
+  const std::string why = write_probe(dir);
+  TS_CHECK(why.empty(), what, ": expected a writable folder, found that no file can be written ",
+           "in '", dir, "' (", why, "); choose a writable folder");
+}
+
+void check_writable_file(const std::string& path, const std::string& what) {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : ".";
+  std::error_code error;
+  TS_CHECK(fs::is_directory(parent, error), what, ": expected the folder of '", path,
+           "' to exist, found no folder '", parent.string(), "'; create it or choose another path");
+  TS_CHECK(!fs::is_directory(path, error), what, ": expected a file path, found the folder '", path,
+           "'; name a file in it");
+  const std::string why = write_probe(parent);
+  TS_CHECK(why.empty(), what, ": expected a writable folder for '", path, "', found that no file ",
+           "can be written in '", parent.string(), "' (", why, "); choose another path");
+}
+
 WholeFolder::WholeFolder(const std::string& out, const std::string& who) : who_(who) {
   namespace fs = std::filesystem;
   // Normalised first: with a trailing '/' ("shards/") the last name would be empty.
@@ -130,7 +169,7 @@ WholeFolder::WholeFolder(const std::string& out, const std::string& who) : who_(
   TS_CHECK(!path.empty() && path.filename() != "." && path.filename() != "..", who, ": expected ",
            "an output folder to create, found '", out, "'");
   const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  fs::create_directories(parent);
+  check_writable_folder(parent.string(), who + " (the folder the output goes in)");
   out_ = path.string();
   tmp_ = (parent / (path.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
   fs::remove_all(tmp_);

@@ -51,6 +51,14 @@ bool exchange_durably(const std::string& a, const std::string& b);
 /// The whole file as bytes; throws naming the file when it is missing or unreadable.
 std::string read_file(const std::string& path);
 
+/// Throws, saying what is wrong and naming `what` (a key or a flag) to change, unless a file can
+/// be created in folder `dir` (created if missing) and removed again: a command checks where it
+/// will write before any work, not after hours of it.
+void check_writable_folder(const std::string& dir, const std::string& what);
+/// check_writable_folder for the folder of the file `path`, which must exist already (the file
+/// itself is not touched).
+void check_writable_file(const std::string& path, const std::string& what);
+
 /// A folder written whole (`data prepare`, `export-hf`): fill path(), a fresh temporary folder
 /// beside the output, then commit(), which fsyncs it and renames it to the output, so a reader
 /// never sees half a folder, nor files of an earlier one beside the new ones. An existing output
