@@ -40,7 +40,7 @@ std::string write_folder(const ExportOptions& opt, const io::RunConfig& config,
   io::export_hf(into, config.model, params, tokenizer.end_of_text());
   tokenizer.save_hf(into, config.model.n_positions);
   return "config.json, generation_config.json, model.safetensors; tokenizer: vocab.json, "
-         "merges.txt, tokenizer_config.json, special_tokens_map.json";
+         "merges.txt, tokenizer.json, tokenizer_config.json, special_tokens_map.json";
 }
 
 // The folder is written whole: into a temporary folder beside it, then renamed into place (with
@@ -88,8 +88,8 @@ void add_export_hf(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tokenizer", opt->tokenizer,
                   "Also write this tokenizer (a folder with vocab.json + merges.txt, e.g. "
-                  "tokenizers/gpt2) and its <|endoftext|> id as bos/eos, so AutoTokenizer loads "
-                  "the folder too");
+                  "tokenizers/gpt2), also as tokenizer.json, and its <|endoftext|> id as "
+                  "bos/eos, so AutoTokenizer (transformers, transformers.js) loads the folder too");
   cmd->add_flag("--force", opt->force,
                 "Replace the output folder if it exists (the export is always written as a whole "
                 "folder, so no file of an earlier export stays)");

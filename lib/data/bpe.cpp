@@ -21,6 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json; // keys in the order written, as the files have them
 
 // One step of UTF-8 decoding at text[i]: the code point and its length, or, for an ill-formed
 // sequence, valid = false and the length of its maximal subpart (Unicode's Table 3-7 rule, the
@@ -167,6 +168,22 @@ std::vector<std::pair<std::string, std::string>> merges_from_text(std::string_vi
     merges.push_back(split_merge(line, file, line_number));
   }
   return merges;
+}
+
+// vocab.json's object and tokenizer.json's model.vocab: token -> id, in id order (the order of
+// GPT-2's own files: the 256 bytes first, then each merge's result in rank order).
+ordered_json vocab_object(const std::vector<std::string>& id_to_token) {
+  ordered_json vocab = ordered_json::object();
+  for (std::size_t id = 0; id < id_to_token.size(); ++id) {
+    if (!id_to_token[id].empty()) vocab[id_to_token[id]] = id;
+  }
+  return vocab;
+}
+
+// A merge as merges.txt writes it and tokenizer.json's model.merges holds it: "left right" (a
+// byte-level token never holds a space, which is 'Ġ' there, so the one space is unambiguous).
+std::string merge_line(const std::pair<std::string, std::string>& merge) {
+  return merge.first + " " + merge.second;
 }
 
 BpeTokenizer load_tokenizer_json(const std::string& file) {
@@ -403,13 +420,10 @@ BpeTokenizer::BpeTokenizer(std::map<std::string, std::int32_t> vocab,
 
 void BpeTokenizer::save(const std::string& dir) const {
   fs::create_directories(dir);
-  json vocab = json::object();
-  for (std::size_t id = 0; id < id_to_token_.size(); ++id) {
-    if (!id_to_token_[id].empty()) vocab[id_to_token_[id]] = id;
-  }
   std::string merges = "#version: 0.2\n";
-  for (const auto& [left, right] : merge_list_) merges += left + " " + right + "\n";
-  io::write_file_atomic((fs::path(dir) / "vocab.json").string(), vocab.dump() + "\n");
+  for (const auto& merge : merge_list_) merges += merge_line(merge) + "\n";
+  io::write_file_atomic((fs::path(dir) / "vocab.json").string(),
+                        vocab_object(id_to_token_).dump() + "\n");
   io::write_file_atomic((fs::path(dir) / "merges.txt").string(), merges);
 }
 
@@ -424,9 +438,64 @@ void BpeTokenizer::save_hf(const std::string& dir, std::int64_t model_max_length
   config["add_prefix_space"] = false;
   config["add_bos_token"] = false;
   config["errors"] = "replace"; // decode: bytes that are not UTF-8 become U+FFFD
+  // GPT-2's decode gives back the text's bytes; where the key is missing, transformers.js cleans
+  // up, deleting the space before "." "," "!" "?" "n't" "'s" ... (check_tokenizer_json shows it).
+  config["clean_up_tokenization_spaces"] = false;
   io::write_file_atomic((fs::path(dir) / "tokenizer_config.json").string(), config.dump(2) + "\n");
   io::write_file_atomic((fs::path(dir) / "special_tokens_map.json").string(),
                         special.dump(2) + "\n");
+  write_tokenizer_json((fs::path(dir) / "tokenizer.json").string());
+}
+
+// tokenizer.json is the whole tokenizer in one file, the format of Hugging Face's `tokenizers`
+// library, which the fast tokenizers load directly and transformers.js needs (it has no reader of
+// vocab.json + merges.txt): the same vocabulary and merges, with GPT-2's pipeline spelled out.
+// No normalizer; the ByteLevel pre-tokenizer with GPT-2's regex (use_regex) and no prefix space;
+// BPE without an unknown token (every byte is a token); the ByteLevel post-processor, which adds
+// no token, and decoder; and each special token as an added token, which encode reads as its id
+// wherever the text holds it (as `data encode --special` does). The test tokenizer.hf_json loads
+// the file with transformers.js's tokenizers and compares their ids and decodes with tinyscale's.
+void BpeTokenizer::write_tokenizer_json(const std::string& file) const {
+  const auto byte_level = [](bool add_prefix_space, bool trim_offsets) {
+    return ordered_json{{"type", "ByteLevel"},
+                        {"add_prefix_space", add_prefix_space},
+                        {"trim_offsets", trim_offsets},
+                        {"use_regex", true}};
+  };
+  std::vector<std::pair<std::int32_t, std::string>> specials; // by id, as tokenizers writes them
+  for (const auto& [token, id] : special_) specials.emplace_back(id, token);
+  std::sort(specials.begin(), specials.end());
+  ordered_json added = ordered_json::array();
+  for (const auto& [id, token] : specials) {
+    added.push_back({{"id", id},
+                     {"content", token},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  }
+  ordered_json merges = ordered_json::array();
+  for (const auto& merge : merge_list_) merges.push_back(merge_line(merge));
+  const ordered_json model = {{"type", "BPE"},
+                              {"dropout", nullptr},
+                              {"unk_token", nullptr},
+                              {"continuing_subword_prefix", ""},
+                              {"end_of_word_suffix", ""},
+                              {"fuse_unk", false},
+                              {"vocab", vocab_object(id_to_token_)},
+                              {"merges", std::move(merges)}};
+  // The pre-tokenizer's offsets are trimmed of the leading space, the post-processor's are not.
+  const ordered_json tokenizer = {{"version", "1.0"},
+                                  {"truncation", nullptr},
+                                  {"padding", nullptr},
+                                  {"added_tokens", std::move(added)},
+                                  {"normalizer", nullptr},
+                                  {"pre_tokenizer", byte_level(false, true)},
+                                  {"post_processor", byte_level(true, false)},
+                                  {"decoder", byte_level(true, true)},
+                                  {"model", model}};
+  io::write_file_atomic(file, tokenizer.dump(2) + "\n");
 }
 
 std::vector<std::int32_t> BpeTokenizer::bpe(std::string_view piece) const {

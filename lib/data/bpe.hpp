@@ -74,7 +74,10 @@ public:
   void save(const std::string& dir) const;
   /// save(), and the files with which transformers' AutoTokenizer.from_pretrained(dir) builds
   /// GPT-2's tokenizer: tokenizer_config.json (GPT2Tokenizer, <|endoftext|> as bos, eos and unk,
-  /// no prefix space, `model_max_length`) and special_tokens_map.json.
+  /// no prefix space, no clean-up of spaces in decode, `model_max_length`),
+  /// special_tokens_map.json, and tokenizer.json (the `tokenizers` format of the fast tokenizers
+  /// and transformers.js: the vocabulary and merges with GPT-2's byte-level pipeline and the
+  /// special tokens as added tokens), which load() also reads.
   void save_hf(const std::string& dir, std::int64_t model_max_length) const;
 
   /// The number of ids (the largest id + 1): 50257 for GPT-2.
@@ -88,6 +91,7 @@ public:
 
 private:
   static BpeTokenizer load_unchecked(const std::string& path);
+  void write_tokenizer_json(const std::string& file) const;
   std::vector<std::int32_t> bpe(std::string_view piece) const;
 
   std::vector<std::string> id_to_token_; // token text in byte characters, by id ("" = unused)

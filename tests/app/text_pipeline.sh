@@ -3,7 +3,8 @@
 # King James Bible with GPT-2's tokenizer (the same shards whether cut into 1 KiB chunks on 2
 # threads or not; refusals for an existing folder, invalid UTF-8 and empty input), a short
 # training run on the shards, `sample`, `export-hf --tokenizer` (every file and field of the GPT-2
-# convention; into an existing folder only with --force, replacing it whole) and `train --init-from`
+# convention, tokenizer.json's by tests/tokenizer/check_tokenizer_json; into an existing folder
+# only with --force, replacing it whole) and `train --init-from`
 # the exported folder, which starts from exactly the exported
 # model: its validation loss after one step at lr 1e-12 equals the exporting run's, on one rank
 # and on dp 2. Usage: text_pipeline.sh TINYSCALE SRC
@@ -64,7 +65,7 @@ import json, sys
 from pathlib import Path
 d, tok = Path(sys.argv[1]), Path(sys.argv[2])
 for f in ["config.json", "model.safetensors", "generation_config.json", "vocab.json", "merges.txt",
-          "tokenizer_config.json", "special_tokens_map.json"]:
+          "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]:
     assert (d / f).is_file(), f"missing {f}"
 c = json.loads((d / "config.json").read_text())
 assert c["model_type"] == "gpt2" and c["architectures"] == ["GPT2LMHeadModel"], c
@@ -75,7 +76,7 @@ t = json.loads((d / "tokenizer_config.json").read_text())
 assert t["tokenizer_class"] == "GPT2Tokenizer" and t["model_max_length"] == c["n_positions"], t
 for key in ["bos_token", "eos_token", "unk_token"]:
     assert t[key] == "<|endoftext|>", t
-assert t["add_prefix_space"] is False, t
+assert t["add_prefix_space"] is False and t["clean_up_tokenization_spaces"] is False, t
 s = json.loads((d / "special_tokens_map.json").read_text())
 assert s == {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}, s
 assert json.loads((d / "vocab.json").read_text()) == json.loads((tok / "vocab.json").read_text())
