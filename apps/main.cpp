@@ -3,6 +3,8 @@
 #include "core/error.hpp"
 
 #include <iostream>
+#include <string>
+#include <vector>
 
 int main(int argc, char** argv) {
   CLI::App app{"tinyscale: distributed LLM training from scratch, in C++"};
@@ -35,6 +37,27 @@ int main(int argc, char** argv) {
   tinyscale::app::add_schedule(app);
   tinyscale::app::add_check(app);
   tinyscale::app::add_info(app);
+  // An unknown command is named, with the ones there are (CLI11 would say only that a
+  // subcommand is required): `tinyscale foo`, `tinyscale bench foo`.
+  const CLI::App* level = &app;
+  std::string path = "tinyscale";
+  for (int i = 1; i < argc && argv[i][0] != '-' && !level->get_subcommands({}).empty(); ++i) {
+    const std::vector<const CLI::App*> commands = level->get_subcommands({});
+    const CLI::App* next = nullptr;
+    std::string names;
+    for (const CLI::App* c : commands) {
+      if (c->get_name() == argv[i]) next = c;
+      names += (names.empty() ? "" : ", ") + c->get_name();
+    }
+    if (next == nullptr) {
+      std::cerr << "tinyscale: error: " << path << ": expected a command, found '" << argv[i]
+                << "', which is none; the commands are " << names << " (" << path
+                << " --help says what each does)\n";
+      return 1;
+    }
+    level = next;
+    path += " " + next->get_name();
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

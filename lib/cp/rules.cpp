@@ -2,15 +2,33 @@
 
 #include "core/error.hpp"
 
+#include <cstdint>
+#include <string>
+
 namespace tinyscale::cp {
+
+namespace {
+// "train.seq_len = 60 or 66": the multiples of `count` nearest the run's, that the model's
+// positions allow (every fix a refusal names must be one the run then accepts).
+std::string seq_lens_that_cut(const io::RunConfig& config, std::int64_t count) {
+  const std::int64_t below = config.train.seq_len / count * count, above = below + count;
+  std::string out;
+  if (below >= count) out = std::to_string(below);
+  if (above <= config.model.n_positions) out += (out.empty() ? "" : " or ") + std::to_string(above);
+  return out.empty() ? "a multiple of " + std::to_string(count) + " (raise model.n_positions)"
+                     : out;
+}
+} // namespace
 
 void check_cp_layout(const io::RunConfig& config, int cp, Split split) {
   const int count = chunk_count(cp, split);
+  // contiguous cuts into cp chunks: a fix only where cp divides the sequence
+  const bool contiguous_fits = split == Split::LoadBalanced && config.train.seq_len % cp == 0;
   TS_CHECK(config.train.seq_len % count == 0,
            "context parallelism: train.seq_len = ", config.train.seq_len, " does not cut into ",
            count, " equal chunks (--cp ", cp, ", ", split_name(split),
-           "); choose train.seq_len as a multiple of ", count,
-           split == Split::LoadBalanced ? ", or --cp-split contiguous" : "");
+           "); set train.seq_len = ", seq_lens_that_cut(config, count),
+           contiguous_fits ? ", or use --cp-split contiguous" : "");
 }
 
 Split parse_split(const std::string& name) {
@@ -27,7 +45,7 @@ void check_cp_composition(const io::RunConfig& config, int cp, int tp, bool sequ
   TS_CHECK(!sequence_parallel || config.train.seq_len % (cp * tp) == 0, "--cp ", cp,
            " with --sp and --tp ", tp, ": expected train.seq_len to cut into cp x tp = ", cp * tp,
            " equal parts (each tp rank holds a part of its cp rank's positions), found ",
-           config.train.seq_len, "; choose a multiple of ", cp * tp);
+           config.train.seq_len, "; set train.seq_len = ", seq_lens_that_cut(config, cp * tp));
 }
 
 } // namespace tinyscale::cp

@@ -89,16 +89,37 @@ fs::path resolve_step_dir(const std::string& path) {
            fs::exists(path, ec) ? "a file" : "nothing",
            "; pass a step directory (step_00000100) or the checkpoint root");
   const fs::path dir(path);
-  if (fs::exists(dir / "manifest.json") || !fs::exists(dir / "latest")) return dir;
+  if (fs::exists(dir / "manifest.json")) return dir;
+  // the newest step directory in `dir`, named as a fix ("" when there is none)
+  const auto newest = [&] {
+    const std::vector<std::int64_t> steps = checkpoint_steps(path);
+    return steps.empty() ? std::string()
+                         : "; the newest checkpoint in it is " +
+                               (dir / checkpoint_dir_name(steps.back())).string() + ": pass that";
+  };
+  if (!fs::exists(dir / "latest")) {
+    if (dir.filename().string().rfind("step_", 0) == 0) return dir; // a step: refused as one
+    const std::string fix = newest();
+    TS_CHECK(!fix.empty(), "read_checkpoint: expected a checkpoint at '", path, "' (a step ",
+             "directory with manifest.json, or a checkpoint root with a 'latest' file), found ",
+             fs::is_empty(dir, ec) ? "an empty folder" : "a folder without either",
+             "; no checkpoint was written there: a run writes them with --set ",
+             "train.checkpoint_every=N into train.checkpoint_dir, so pass that folder");
+    TS_CHECK(false, "read_checkpoint: expected a 'latest' file in the checkpoint root '", path,
+             "', found none", fix);
+  }
   std::string name = read_file((dir / "latest").string());
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ' || name.back() == '\r'))
     name.pop_back();
   TS_CHECK(name.rfind("step_", 0) == 0 && name.find('/') == std::string::npos, "read_checkpoint: '",
            (dir / "latest").string(), "' should name a step directory like step_00000100, found '",
            name, "'; fix or delete the file and pass a step directory");
-  TS_CHECK(fs::is_directory(dir / name, ec), "read_checkpoint: '", (dir / "latest").string(),
-           "' names '", name, "', found no such directory in '", path,
-           "'; pass an existing step directory instead");
+  if (!fs::is_directory(dir / name, ec)) {
+    const std::string fix = newest();
+    TS_CHECK(false, "read_checkpoint: '", (dir / "latest").string(), "' names '", name,
+             "', found no such directory in '", path, "'",
+             fix.empty() ? "; and no other checkpoint is in it" : fix);
+  }
   return dir / name;
 }
 

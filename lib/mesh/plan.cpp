@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 
 #include <algorithm>
+#include <string>
 
 namespace tinyscale::mesh {
 
@@ -20,10 +21,23 @@ int ParallelPlan::threads_world() const { return (dp > 0 ? dp : ep) * tp * pp * 
 ParallelPlan ParallelPlan::for_world(int world) const {
   ParallelPlan p = *this;
   const int d = data_parallel(world);
-  TS_CHECK(world == d * tp * pp * cp, "train: expected dp x tp x pp x cp = ", d, " x ", tp, " x ",
-           pp, " x ", cp, " = ", d * tp * pp * cp, " ranks, found a world of ", world,
-           " (under mpirun, -np decides the world: give -np = --dp x --tp x --pp x --cp, or leave "
-           "--dp out and let -np / (tp x pp x cp) decide it)");
+  const int model = tp * pp * cp; // the ranks of one model replica
+  // The fixes that work: with --dp given, its product or leaving --dp out (where -np divides);
+  // without it, an -np that tp x pp x cp divides.
+  const int lower = std::max(1, world / model) * model, upper = (world / model + 1) * model;
+  const std::string sizes = lower == upper || lower > world
+                                ? std::to_string(upper)
+                                : std::to_string(lower) + " or " + std::to_string(upper);
+  const std::string fix =
+      dp > 0 ? "give -np " + std::to_string(d * model) + " (--dp x --tp x --pp x --cp)" +
+                   (world % model == 0 ? ", or leave --dp out: -np / (tp x pp x cp) = " +
+                                             std::to_string(world / model) + " data-parallel ranks"
+                                       : "")
+             : "give an -np that tp x pp x cp = " + std::to_string(model) + " divides, such as " +
+                   sizes + ": -np / " + std::to_string(model) + " ranks become data parallel";
+  TS_CHECK(world == d * model, "train: expected dp x tp x pp x cp = ", d, " x ", tp, " x ", pp,
+           " x ", cp, " = ", d * model, " ranks, found a world of ", world,
+           " (under mpirun, -np decides the world); ", fix);
   p.dp = d;
   return p;
 }

@@ -235,23 +235,37 @@ bool may_differ_on_resume(std::string_view key) {
 } // namespace
 
 // Every other key must match the checkpoint's config, or the resumed run is not the run that
-// was interrupted: train.steps sets the cosine schedule, batch_size and seq_len pick the data
-// rows, micro_batches changes MoE routing, and so on.
+// was interrupted: train.steps sets the cosine schedule (unless optim.decay_steps fixes it),
+// batch_size and seq_len pick the data rows, micro_batches changes MoE routing, and so on.
 void check_same_run(const io::RunConfig& saved, const io::RunConfig& now, const std::string& path) {
+  // with optim.decay_steps set the schedule does not depend on train.steps: a run may go longer
+  const bool steps_free =
+      saved.optim.decay_steps > 0 && saved.optim.decay_steps == now.optim.decay_steps;
   std::string differences;
+  bool model = false, steps = false;
   for (const io::ConfigKey& key : io::config_keys()) {
     if (may_differ_on_resume(key.name)) continue;
+    if (steps_free && std::string_view(key.name) == "train.steps") continue;
     const std::string a = io::format_config_value(key, saved),
                       b = io::format_config_value(key, now);
     if (a != b) {
       differences += differences.empty() ? "" : ", ";
       differences += std::string(key.name) + " = " + a + " in the checkpoint, " + b + " now";
+      model = model || std::string_view(key.name).rfind("model.", 0) == 0;
+      steps = steps || std::string_view(key.name) == "train.steps";
     }
   }
+  // the fix that works for what differs
+  const std::string fix =
+      model   ? "; the checkpoint holds another model: to train this one, give the run a new "
+                "train.checkpoint_dir (and no --resume or --auto-resume), or to start it from the "
+                "checkpoint's weights, export them (export-hf) and pass --init-from"
+      : steps ? ". To train longer than train.steps, set optim.decay_steps in the original run "
+                "(and keep it): the schedule then does not depend on train.steps, which may change"
+              : "; resume with the checkpoint's values of these keys, or start a new run in "
+                "another train.checkpoint_dir";
   TS_CHECK(differences.empty(), "resume: expected the config of the checkpoint ", path,
-           " (only logging, evaluation and checkpoint keys may change), found ", differences,
-           ". To train longer than train.steps, set optim.decay_steps in the original run so the "
-           "schedule does not depend on train.steps");
+           " (only logging, evaluation and checkpoint keys may change), found ", differences, fix);
 }
 
 void Trainer::resume(const std::string& path) { restore(io::read_checkpoint(path), path); }

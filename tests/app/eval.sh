@@ -108,4 +108,11 @@ expect_refusal "the model is the checkpoint's" --checkpoint "$work/ckpt" --set m
 expect_refusal "expected one of --checkpoint DIR" --batches 1
 expect_refusal "found both" --checkpoint "$work/ckpt" --hf "$work/hf"
 expect_refusal "--tokenizer goes with --text" --checkpoint "$work/ckpt" --tokenizer "$work"
+# an unknown command is named, with the commands there are
+if "$bin" evaluate > "$work/r.txt" 2>&1; then fail "tinyscale evaluate was accepted"; fi
+grep -qF "expected a command, found 'evaluate', which is none; the commands are bench, train, eval," \
+  "$work/r.txt" || fail "tinyscale evaluate: $(cat "$work/r.txt")"
+if "$bin" bench tarin > "$work/r.txt" 2>&1; then fail "tinyscale bench tarin was accepted"; fi
+grep -qF "tinyscale bench: expected a command, found 'tarin'" "$work/r.txt" ||
+  fail "tinyscale bench tarin: $(cat "$work/r.txt")"
 echo "eval: ok"

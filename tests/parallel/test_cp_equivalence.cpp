@@ -186,7 +186,7 @@ TEST_CASE("train --cp through make_run equals one rank, and check_plan refuses w
   odd_rows.train.seq_len = 18; // 2 cp chunks of 9, which 2 sequence-parallel ranks cannot share
   REQUIRE_TS_ERROR(fourd::check_plan(with_sp.for_world(8), odd_rows),
                    Contains("expected train.seq_len to cut into cp x tp = 4 equal parts") &&
-                       Contains("found 18; choose a multiple of 4"));
+                       Contains("found 18; set train.seq_len = 16 or 20"));
   mesh::ParallelPlan with_zero3 = plan;
   with_zero3.zero = 3;
   REQUIRE_TS_ERROR(fourd::check_plan(with_zero3.for_world(4), config),
@@ -195,7 +195,7 @@ TEST_CASE("train --cp through make_run equals one rank, and check_plan refuses w
   odd.cp = 3;
   REQUIRE_TS_ERROR(fourd::check_plan(odd.for_world(6), config),
                    Contains("train.seq_len = 16 does not cut into 6 equal chunks") &&
-                       Contains("--cp-split contiguous"));
+                       Contains("set train.seq_len = 12"));
   mesh::ParallelPlan split_alone;
   split_alone.cp_split = "contiguous";
   REQUIRE_TS_ERROR(fourd::check_plan(split_alone.for_world(1), config),
