@@ -58,8 +58,10 @@ std::span<const ConfigKey> config_keys() {
       TS_CONFIG_KEY(optim.lr, "peak learning rate, reached at the end of warm-up"),
       TS_CONFIG_KEY(optim.min_lr, "floor of the cosine decay; at most lr"),
       TS_CONFIG_KEY(optim.warmup_steps, "steps of linear warm-up from 0 to lr"),
-      TS_CONFIG_KEY(optim.decay_steps,
-                    "steps of cosine decay after warm-up; 0 = until train.steps"),
+      TS_CONFIG_KEY(
+          optim.decay_steps,
+          "steps of cosine decay after warm-up; 0 = until train.steps (set, the schedule is "
+          "independent of train.steps, so a resumed run may raise train.steps)"),
       TS_CONFIG_KEY(optim.beta1, "AdamW first-moment decay, in [0, 1)"),
       TS_CONFIG_KEY(optim.beta2, "AdamW second-moment decay, in [0, 1)"),
       TS_CONFIG_KEY(optim.eps, "AdamW denominator epsilon"),
