@@ -85,14 +85,20 @@ bool started_by_srun(const Variables& v) {
 
 } // namespace
 
+// Hint: walk the entries left to right, keeping the first node of each; std::stoi(text.substr(at),
+// &used) reads a number and says how many characters it took. After "N" may come "(xK)": K nodes
+// with N tasks each. An entry needs N >= 1 and K >= 1, entries are separated by one comma (none at
+// the end), and anything else is malformed(). The node's entry gives the answer; a node past the
+// last entry is an error naming the variable, the list and the node.
 int slurm_tasks_on_node(const std::string& text, int node, const char* variable) {
-  // Entries "N" or "N(xK)" (N tasks on each of K nodes), separated by commas.
-  int first_node = 0, found = 0;
-  std::size_t at = 0;
   const auto malformed = [&] {
     return Error(detail::concat("launcher variable ", variable, ": expected Slurm's tasks per ",
                                 "node such as \"4\" or \"4(x2),3\", found '", text, "'"));
   };
+  // EXERCISE 13.1 begin: the tasks on one node from Slurm's compressed list
+  // Entries "N" or "N(xK)" (N tasks on each of K nodes), separated by commas.
+  int first_node = 0, found = 0;
+  std::size_t at = 0;
   if (text.empty()) throw malformed();
   while (at < text.size()) {
     std::size_t used = 0;
@@ -125,6 +131,7 @@ int slurm_tasks_on_node(const std::string& text, int node, const char* variable)
   if (found > 0) return found;
   throw Error(detail::concat("launcher variable ", variable, " = '", text, "' lists ", first_node,
                              " nodes, but this task is on node ", node, " (SLURM_NODEID)"));
+  // EXERCISE 13.1 end
 }
 
 LaunchInfo read_launch_info(const EnvironmentLookup& lookup) {

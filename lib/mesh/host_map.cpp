@@ -85,12 +85,17 @@ std::vector<GroupsAcrossHosts> groups_across_hosts(const MeshLayout& layout,
     if (std::find(seen.begin(), seen.end(), sized) != seen.end()) continue;
     seen.push_back(sized);
     GroupsAcrossHosts g{kind, 0, 0, {}, {}};
+    // Hint: hosts_of(group, hosts) gives the distinct hosts of a group's ranks, in rank order.
+    // Count every group in g.groups and those on more than one host in g.across; keep the first
+    // of those (its ranks in g.first, its hosts in g.hosts).
+    // EXERCISE 13.2 begin: count the groups of one kind that span hosts
     for (const std::vector<int>& group : layout.groups(kind)) {
       ++g.groups;
       std::vector<std::string> names = hosts_of(group, hosts);
       if (names.size() <= 1) continue;
       if (g.across++ == 0) g.first = group, g.hosts = std::move(names);
     }
+    // EXERCISE 13.2 end
     if (g.across > 0) found.push_back(std::move(g));
   }
   return found;

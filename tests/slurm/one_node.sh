@@ -2,6 +2,7 @@
 # The launch templates on a real Slurm (label slurm; chapter 13). A one-node cluster (munge,
 # slurmctld, slurmd) is started in a scratch folder by scripts/slurm_local_cluster and stopped
 # at the end, whatever happens. Then:
+#   0. a job asking for more cores than the node has is refused at submission (not left pending);
 #   1. launch/mpirun/train_hosts.sh on a one-host hostfile: the reference, 2 ranks under mpirun;
 #   2. launch/slurm/one_node.sbatch through sbatch with 2 tasks (srun --mpi=pmix): the placement
 #      report names srun, the job and both ranks on this host, and the run ends with the
@@ -36,6 +37,14 @@ trap cleanup EXIT
 eval "$("$src/scripts/slurm_local_cluster" start "$cluster")"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cd "$src"
+
+# 0. A job the node can never run is refused when submitted, not left pending without a word.
+cores=$(nproc)
+if sbatch --wait --ntasks=1 --cpus-per-task=$((cores + 1)) --wrap true >"$work/too_big.out" 2>&1; then
+  fail "a job of $((cores + 1)) cores on a $cores-core node was accepted"
+fi
+grep -q "More processors requested than permitted" "$work/too_big.out" ||
+  fail "a job too big for the node: $(cat "$work/too_big.out")"
 
 # One run, three launches: 80 steps of the tiny model, a checkpoint after every step (the newest
 # 2 kept), so the run lasts long enough to be killed in the middle.

@@ -86,7 +86,7 @@ TEST_CASE("mpirun inside a Slurm allocation is described by mpirun, not by the a
 }
 
 TEST_CASE("A task of srun with PMIx: rank, world, node, tasks on its node and cores per task",
-          "[unit][launcher]") {
+          "[unit][launcher][ex13.1]") {
   const comm::LaunchInfo info = read(srun_task());
   CHECK(info.launcher == "srun");
   CHECK(info.job == "42");
@@ -119,7 +119,7 @@ TEST_CASE("srun of several tasks without an MPI plugin is refused before any wor
                                              {"SLURM_STEP_NUM_TASKS", "1"}})));
 }
 
-TEST_CASE("Slurm's tasks per node list is read per node", "[unit][launcher]") {
+TEST_CASE("Slurm's tasks per node list is read per node", "[unit][launcher][ex13.1]") {
   CHECK(comm::slurm_tasks_on_node("4", 0, "X") == 4);
   CHECK(comm::slurm_tasks_on_node("4(x2),3", 0, "X") == 4);
   CHECK(comm::slurm_tasks_on_node("4(x2),3", 1, "X") == 4);
@@ -196,7 +196,8 @@ std::vector<mesh::RankHost> hosts(int ranks, int per_host) {
 
 } // namespace
 
-TEST_CASE("tp inside a node, dp and pp across: the measured report says so", "[unit][launcher]") {
+TEST_CASE("tp inside a node, dp and pp across: the measured report says so",
+          "[unit][launcher][ex13.2]") {
   // 8 ranks on two 4-rank nodes, tp 2 innermost: tp groups {0,1}, {2,3}, ... stay on a node.
   const mesh::MeshLayout layout({.dp = 2, .tp = 2, .pp = 2});
   const auto h = hosts(8, 4);
@@ -224,7 +225,7 @@ TEST_CASE("tp inside a node, dp and pp across: the measured report says so", "[u
   CHECK_THAT(report, !Contains("note: tp"));
 }
 
-TEST_CASE("tp split over two hosts is named with what to change", "[unit][launcher]") {
+TEST_CASE("tp split over two hosts is named with what to change", "[unit][launcher][ex13.2]") {
   // 3 ranks per host: the tp group {2,3} spans node0 and node1.
   const mesh::MeshLayout layout({.dp = 3, .tp = 2});
   const auto across = mesh::groups_across_hosts(layout, hosts(6, 3));
@@ -245,7 +246,7 @@ TEST_CASE("tp split over two hosts is named with what to change", "[unit][launch
 }
 
 TEST_CASE("The measured placement report of 8 ranks on two 4-GPU nodes, as chapter 13 shows it",
-          "[unit][launcher]") {
+          "[unit][launcher][ex13.2]") {
   std::vector<mesh::RankHost> h;
   for (int r = 0; r < 8; ++r)
     h.push_back({"node" + std::to_string(r / 4), r % 4, "cuda:" + std::to_string(r % 4)});
