@@ -7,6 +7,7 @@
 // window's ids, per-token losses and top logits as JSON.
 // The easy thing to get wrong: the model is the checkpoint's or the folder's; --set may change
 // the data, the batch and the device, never the model's shape.
+#include "comm/launcher.hpp"
 #include "commands.hpp"
 #include "data/bpe.hpp"
 #include "data/shards.hpp"
@@ -56,8 +57,10 @@ struct EvalOptions : LayoutOptions {
 std::optional<data::BpeTokenizer> text_tokenizer(const EvalOptions& opt, std::string& which) {
   namespace fs = std::filesystem;
   std::string dir = opt.tokenizer;
-  if (dir.empty() && !opt.hf.empty() && fs::exists(fs::path(opt.hf) / "vocab.json") &&
-      fs::exists(fs::path(opt.hf) / "merges.txt"))
+  if (dir.empty() && !opt.hf.empty() &&
+      (fs::exists(fs::path(opt.hf) / "tokenizer.json") ||
+       (fs::exists(fs::path(opt.hf) / "vocab.json") &&
+        fs::exists(fs::path(opt.hf) / "merges.txt"))))
     dir = opt.hf;
   which = dir.empty()            ? "bytes (no --tokenizer)"
           : dir == opt.tokenizer ? "the tokenizer " + dir
@@ -74,6 +77,12 @@ std::string text_as_shard(const EvalOptions& opt, const std::string& folder,
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::string which;
   const std::optional<data::BpeTokenizer> tokenizer = text_tokenizer(opt, which);
+  TS_CHECK(tokenizer || vocab_size == 256, "eval --text: the model's vocabulary has ", vocab_size,
+           " tokens, so its text goes through the tokenizer it was trained with: give --tokenizer ",
+           "DIR (e.g. tokenizers/gpt2); without one the text is read as bytes, which only a ",
+           "256-token model reads");
+  TS_CHECK(!tokenizer || tokenizer->vocab_size() <= 65536, "eval --text: ", which, " has ",
+           tokenizer ? tokenizer->vocab_size() : 0, " tokens; token shards hold ids below 65536");
   std::vector<std::uint16_t> tokens;
   if (tokenizer) {
     for (std::int32_t id : tokenizer->encode(text))
@@ -197,8 +206,10 @@ void run_eval(EvalOptions opt) {
   TS_CHECK(opt.top >= 0 && opt.top <= 1000 && (opt.top == 0 || !opt.per_token.empty()),
            "eval --top: expected 0 to 1000 and --per-token FILE with it, found ", opt.top,
            opt.per_token.empty() ? " without --per-token" : "");
-  if (!opt.metrics.empty()) io::check_writable_file(opt.metrics, "eval --metrics");
-  if (!opt.per_token.empty()) io::check_writable_file(opt.per_token, "eval --per-token");
+  // rank 0's process writes the figures and the per-token JSON (one whole model, once)
+  const bool writer = comm::read_launch_info().rank == 0;
+  if (writer && !opt.metrics.empty()) io::check_writable_file(opt.metrics, "eval --metrics");
+  if (writer && !opt.per_token.empty()) io::check_writable_file(opt.per_token, "eval --per-token");
   // The weights and the model they belong to.
   nn::ModelConfig model;
   io::NamedTensors weights;
@@ -262,7 +273,7 @@ void run_eval(EvalOptions opt) {
           TS_CHECK(file.good(), "eval --metrics: could not write ", opt.metrics);
         }
       });
-  if (!opt.per_token.empty()) write_per_token(opt, config, step0);
+  if (writer && !opt.per_token.empty()) write_per_token(opt, config, step0);
 }
 
 } // namespace eval_cmd

@@ -163,7 +163,9 @@ void run_layout(
   comm::run_world(backend, plan.threads_world(), [&](comm::Communicator& world) {
     cpu::IntraOpThreads intra_op(per_rank); // on this rank's thread, for its whole run
     if (!threads) { // where every rank landed, before the run's first collective
-      fourd::check_plan(plan.for_world(world.size()), config, trace_path);
+      fourd::check_plan(
+          plan.for_world(world.size(), config.train.batch_size, config.train.micro_batches), config,
+          trace_path);
       layout::print_host_map(plan, config.train, world, backend, per_rank);
     }
     body(&world, per_rank, [&] { return fourd::make_run(plan, config, world, trace_path); });

@@ -179,12 +179,13 @@ void run_loop(const TrainOptions& opt, const io::RunConfig& config, train::RankR
     const std::vector<std::int64_t> val_rows = train::validation_rows(t, trainer.dataset());
     std::int64_t windows = 0;
     for (std::int64_t r : val_rows) windows += r;
-    if (windows < t.eval_batches * t.batch_size)
+    if (windows / t.batch_size < t.eval_batches) // (rows asked for: never multiplied, no overflow)
       std::printf("validation: every one of the split's %lld windows of %lld tokens once, in %zu "
-                  "batches (train.eval_batches x train.batch_size = %lld rows would count "
-                  "windows twice)\n",
+                  "batches (train.eval_batches = %lld batches of train.batch_size = %lld rows "
+                  "would count windows twice)\n",
                   static_cast<long long>(windows), static_cast<long long>(t.seq_len),
-                  val_rows.size(), static_cast<long long>(t.eval_batches * t.batch_size));
+                  val_rows.size(), static_cast<long long>(t.eval_batches),
+                  static_cast<long long>(t.batch_size));
     if (on_cpu)
       std::printf("threads: %d per rank for the CPU kernels (train.threads; MFU counts %d %s)\n",
                   threads, cores, cores == 1 ? "core" : "cores");

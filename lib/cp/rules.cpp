@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 
 #include <cstdint>
+#include <numeric>
 #include <string>
 
 namespace tinyscale::cp {
@@ -20,14 +21,25 @@ std::string seq_lens_that_cut(const io::RunConfig& config, std::int64_t count) {
 }
 } // namespace
 
-void check_cp_layout(const io::RunConfig& config, int cp, Split split) {
+// The multiple of which train.seq_len must be, for the chunks and, with --sp, for cp x tp parts
+// (each of those a multiple of tp): one number, so a suggested length meets every rule at once.
+std::int64_t required_multiple(int cp, Split split, int tp, bool sequence_parallel) {
+  const std::int64_t count = chunk_count(cp, split);
+  return sequence_parallel ? std::lcm(count, static_cast<std::int64_t>(cp) * tp) : count;
+}
+
+void check_cp_layout(const io::RunConfig& config, int cp, Split split, int tp,
+                     bool sequence_parallel) {
   const int count = chunk_count(cp, split);
-  // contiguous cuts into cp chunks: a fix only where cp divides the sequence
-  const bool contiguous_fits = split == Split::LoadBalanced && config.train.seq_len % cp == 0;
+  const std::int64_t multiple = required_multiple(cp, split, tp, sequence_parallel);
+  // contiguous cuts into cp chunks: a fix only where the sequence then meets every rule
+  const bool contiguous_fits =
+      split == Split::LoadBalanced &&
+      config.train.seq_len % required_multiple(cp, Split::Contiguous, tp, sequence_parallel) == 0;
   TS_CHECK(config.train.seq_len % count == 0,
            "context parallelism: train.seq_len = ", config.train.seq_len, " does not cut into ",
            count, " equal chunks (--cp ", cp, ", ", split_name(split),
-           "); set train.seq_len = ", seq_lens_that_cut(config, count),
+           "); set train.seq_len = ", seq_lens_that_cut(config, multiple),
            contiguous_fits ? ", or use --cp-split contiguous" : "");
 }
 
@@ -39,13 +51,14 @@ Split parse_split(const std::string& name) {
 }
 
 void check_cp_composition(const io::RunConfig& config, int cp, int tp, bool sequence_parallel,
-                          int zero) {
+                          int zero, Split split) {
   TS_CHECK(zero <= 1, "--cp ", cp, ": expected it with --zero 0 or 1 (not yet composed with ZeRO ",
            "stages 2 and 3), found --zero ", zero, "; use --zero 1, or leave out --cp");
   TS_CHECK(!sequence_parallel || config.train.seq_len % (cp * tp) == 0, "--cp ", cp,
            " with --sp and --tp ", tp, ": expected train.seq_len to cut into cp x tp = ", cp * tp,
            " equal parts (each tp rank holds a part of its cp rank's positions), found ",
-           config.train.seq_len, "; set train.seq_len = ", seq_lens_that_cut(config, cp * tp));
+           config.train.seq_len, "; set train.seq_len = ",
+           seq_lens_that_cut(config, required_multiple(cp, split, tp, true)));
 }
 
 } // namespace tinyscale::cp

@@ -12,7 +12,8 @@ namespace tinyscale::cp {
 
 /// The layout rule of context parallelism, before anything is built: train.seq_len cuts into
 /// the split's chunks. The batch rule is train::check_batch_split's, over the dp ranks.
-void check_cp_layout(const io::RunConfig& config, int cp, Split split);
+void check_cp_layout(const io::RunConfig& config, int cp, Split split, int tp = 1,
+                     bool sequence_parallel = false);
 
 /// "load-balanced" or "contiguous" -> the Split; throws naming both for anything else.
 Split parse_split(const std::string& name);
@@ -21,6 +22,6 @@ Split parse_split(const std::string& name);
 /// and 3), and with sequence parallelism (each of a cp rank's tp ranks holds a part of its
 /// positions) train.seq_len cut into cp x tp equal parts.
 void check_cp_composition(const io::RunConfig& config, int cp, int tp, bool sequence_parallel,
-                          int zero);
+                          int zero, Split split = Split::LoadBalanced);
 
 } // namespace tinyscale::cp

@@ -192,7 +192,8 @@ std::unique_ptr<train::RankRun> make_mesh_run(const mesh::ParallelPlan& plan,
 std::unique_ptr<train::RankRun> make_run(const mesh::ParallelPlan& given,
                                          const io::RunConfig& config, comm::Communicator& world,
                                          const std::string& trace_path) {
-  const mesh::ParallelPlan plan = given.for_world(world.size());
+  const mesh::ParallelPlan plan =
+      given.for_world(world.size(), config.train.batch_size, config.train.micro_batches);
   check_plan(plan, config, trace_path);
   if (splits_model(plan)) return make_mesh_run(plan, config, world, trace_path);
   if (plan.pp > 1) return pp::make_pipeline_run(plan, config, world, trace_path);

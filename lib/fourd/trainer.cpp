@@ -12,7 +12,8 @@ namespace {
 // Everything that can be refused is refused here, before the mesh, the data or the model.
 mesh::ParallelPlan checked(const mesh::ParallelPlan& given, const io::RunConfig& config,
                            const comm::Communicator& world) {
-  const mesh::ParallelPlan plan = given.for_world(world.size());
+  const mesh::ParallelPlan plan =
+      given.for_world(world.size(), config.train.batch_size, config.train.micro_batches);
   check_executor(plan);
   plan::check_layout_rules(plan, config); // every axis' rules, shared with the planner
   return plan;

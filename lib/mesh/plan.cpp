@@ -18,27 +18,46 @@ int ParallelPlan::data_parallel(int world) const {
 
 int ParallelPlan::threads_world() const { return (dp > 0 ? dp : ep) * tp * pp * cp; }
 
-ParallelPlan ParallelPlan::for_world(int world) const {
+ParallelPlan ParallelPlan::for_world(int world, std::int64_t batch_size,
+                                     std::int64_t micro_batches) const {
   ParallelPlan p = *this;
   const int d = data_parallel(world);
   const int model = tp * pp * cp; // the ranks of one model replica
-  // The fixes that work: with --dp given, its product or leaving --dp out (where -np divides);
-  // without it, an -np that tp x pp x cp divides.
-  const int lower = std::max(1, world / model) * model, upper = (world / model + 1) * model;
-  const std::string sizes = lower == upper || lower > world
-                                ? std::to_string(upper)
-                                : std::to_string(lower) + " or " + std::to_string(upper);
-  const std::string fix =
-      dp > 0 ? "give -np " + std::to_string(d * model) + " (--dp x --tp x --pp x --cp)" +
-                   (world % model == 0 ? ", or leave --dp out: -np / (tp x pp x cp) = " +
-                                             std::to_string(world / model) + " data-parallel ranks"
-                                       : "")
-             : "give an -np that tp x pp x cp = " + std::to_string(model) + " divides, such as " +
-                   sizes + ": -np / " + std::to_string(model) + " ranks become data parallel";
-  TS_CHECK(world == d * model, "train: expected dp x tp x pp x cp = ", d, " x ", tp, " x ", pp,
-           " x ", cp, " = ", d * model, " ranks, found a world of ", world,
+  if (world == d * model) {
+    p.dp = d;
+    return p;
+  }
+  // The fixes that work: a data-parallel size that ep divides and (when the batch is known)
+  // that splits the batch into micro-batches; with --dp given, its product, or leaving --dp out
+  // where -np / (tp x pp x cp) is such a size; without it, an -np that gives one.
+  const auto fits = [&](int data_parallel) {
+    return data_parallel >= 1 && data_parallel % ep == 0 &&
+           (batch_size <= 0 || batch_size % (data_parallel * micro_batches) == 0);
+  };
+  std::string fix;
+  if (dp > 0) {
+    fix = "give -np " + std::to_string(d * model) + " (--dp x --tp x --pp x --cp)";
+    if (world % model == 0 && fits(world / model))
+      fix += ", or leave --dp out: -np / (tp x pp x cp) = " + std::to_string(world / model) +
+             " data-parallel ranks";
+  } else {
+    int below = 0, above = 0; // the sizes nearest -np / (tp x pp x cp) that fit
+    for (int k = world / model; k >= 1 && below == 0; --k)
+      if (fits(k)) below = k;
+    for (int k = world / model + 1; k <= 64 * (world / model + 1) && above == 0; ++k)
+      if (fits(k)) above = k;
+    const std::string sizes = below > 0 && above > 0 ? std::to_string(below * model) + " or " +
+                                                           std::to_string(above * model)
+                              : above > 0 ? std::to_string(above * model)
+                              : below > 0 ? std::to_string(below * model)
+                                          : "a multiple of " + std::to_string(model * ep);
+    fix = "give an -np of " + sizes + ": -np / (tp x pp x cp = " + std::to_string(model) +
+          ") ranks are data parallel, a number" + (ep > 1 ? " that --ep divides and" : "") +
+          (batch_size > 0 ? " that splits train.batch_size into its micro-batches" : " >= 1");
+  }
+  TS_CHECK(false, "layout: expected dp x tp x pp x cp = ", d, " x ", tp, " x ", pp, " x ", cp,
+           " = ", d * model, " ranks, found a world of ", world,
            " (under mpirun, -np decides the world); ", fix);
-  p.dp = d;
   return p;
 }
 

@@ -48,8 +48,10 @@ struct ParallelPlan {
   /// The ranks to start on the threads backend: dp (or ep, or 1) x tp x pp x cp.
   int threads_world() const;
   /// This plan with dp set from a world of `world` ranks; throws unless
-  /// world = dp x tp x pp x cp.
-  ParallelPlan for_world(int world) const;
+  /// world = dp x tp x pp x cp, naming a world or --dp that fits (with `batch_size` > 0, one
+  /// whose data-parallel size also splits the batch into `micro_batches` micro-batches).
+  ParallelPlan for_world(int world, std::int64_t batch_size = 0,
+                         std::int64_t micro_batches = 1) const;
   /// The mesh of the run: dp / ep x tp x pp x ep x cp in `order`. Every layout builds its
   /// groups from it (tp/, ep/, cp/, pp/ and fourd/ run.cpp), so a rank sits where the plan says.
   MeshLayout mesh_layout() const;

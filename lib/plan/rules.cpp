@@ -18,13 +18,15 @@ namespace tinyscale::plan {
 void check_layout_rules(const mesh::ParallelPlan& plan, const io::RunConfig& config) {
   const int D = std::max(1, plan.dp);
   if (plan.ep > 1) ep::check_ep_layout(config, D, plan.ep);
+  // cp's sequence rules first: their suggested lengths also meet tp's (a multiple of cp x tp)
+  if (plan.cp > 1) {
+    const cp::Split split = cp::parse_split(plan.cp_split);
+    cp::check_cp_composition(config, plan.cp, plan.tp, plan.sequence_parallel, plan.zero, split);
+    cp::check_cp_layout(config, plan.cp, split, plan.tp, plan.sequence_parallel);
+  }
   if (plan.tp > 1)
     tp::check_tp_layout(config.model, config.train.seq_len, plan.tp, plan.sequence_parallel);
   if (plan.composed()) (void)plan.mesh_layout(); // the order names every axis of size > 1
-  if (plan.cp > 1) {
-    cp::check_cp_composition(config, plan.cp, plan.tp, plan.sequence_parallel, plan.zero);
-    cp::check_cp_layout(config, plan.cp, cp::parse_split(plan.cp_split));
-  }
   if (plan.pp > 1 || plan.composed())
     pp::check_pipeline_layout(config, plan.pp, pp::pipeline_options(plan), D);
   else

@@ -154,7 +154,8 @@ StepResult Trainer::train_step() {
 }
 
 // Validation runs each batch whole (no micro-batches: no gradients to hold), so a MoE layer's
-// capacity counts batch_size * seq_len tokens here; only the cross-entropy is reported.
+// capacity counts the batch's rows * seq_len tokens here (a last, shorter batch fewer); only the
+// cross-entropy is reported, each batch weighed by its rows.
 double Trainer::evaluate(nn::ForwardHooks* hooks) const {
   NoGradGuard no_grad;
   const TrainConfig& t = config_.train;
@@ -173,6 +174,9 @@ double Trainer::evaluate(nn::ForwardHooks* hooks) const {
 
 std::vector<std::int64_t> validation_rows(const TrainConfig& t, const data::TokenDataset& data) {
   const std::int64_t windows = data.val_windows(t.seq_len);
+  TS_CHECK(windows >= 1, "evaluation: expected at least seq_len + 1 = ", t.seq_len + 1,
+           " tokens in the validation split (one window), found ", data.size(data::Split::Val),
+           "; lower train.seq_len or give the split more tokens");
   std::vector<std::int64_t> rows;
   for (std::int64_t j = 0; j < t.eval_batches && j * t.batch_size < windows; ++j)
     rows.push_back(std::min(t.batch_size, windows - j * t.batch_size));
@@ -258,8 +262,8 @@ void check_same_run(const io::RunConfig& saved, const io::RunConfig& now, const 
   // the fix that works for what differs
   const std::string fix =
       model   ? "; the checkpoint holds another model: to train this one, give the run a new "
-                "train.checkpoint_dir (and no --resume or --auto-resume), or to start it from the "
-                "checkpoint's weights, export them (export-hf) and pass --init-from"
+                "train.checkpoint_dir (and no --resume or --auto-resume); to continue the "
+                "checkpoint's, resume with the checkpoint's model keys"
       : steps ? ". To train longer than train.steps, set optim.decay_steps in the original run "
                 "(and keep it): the schedule then does not depend on train.steps, which may change"
               : "; resume with the checkpoint's values of these keys, or start a new run in "

@@ -43,6 +43,15 @@ done
   fail "eval (all): exit $?"
 [ "$(json "$work/all.json" windows)" = 1023 ] && [ "$(json "$work/all.json" batches)" = 64 ] ||
   fail "expected 1023 windows in 64 batches: $(cat "$work/all.json")"
+# ... in every layout too, with its last batch of 15 rows (a partial batch through the stages,
+# the tp shards and the cp ring)
+for layout in "--dp 2" "--tp 2 --sp" "--pp 2" "--dp 2 --zero 3" "--cp 2" "--tp 2 --pp 2"; do
+  # shellcheck disable=SC2086
+  "$bin" eval --checkpoint "$work/ckpt" --metrics "$work/l.json" $layout > /dev/null ||
+    fail "eval $layout (all windows): exit $?"
+  close "$(json "$work/l.json" loss)" "$(json "$work/all.json" loss)" 1e-6 ||
+    fail "eval $layout over every window: $(json "$work/l.json" loss), one rank's $(json "$work/all.json" loss)"
+done
 # ... the same as batches of one window each (a different cut of the same rows)
 "$bin" eval --checkpoint "$work/ckpt" --set train.batch_size=1 --set train.micro_batches=1 \
   --metrics "$work/ones.json" > /dev/null || fail "eval (batch 1): exit $?"
@@ -97,6 +106,19 @@ PY
 [ "$(json "$work/t3.json" loss)" = "$(json "$work/t1.json" loss)" ] ||
   fail "--shards ($(json "$work/t3.json" loss)) and --text ($(json "$work/t1.json" loss)) of the same bytes differ"
 
+# a validation split shorter than one window is refused, not averaged into NaN
+if "$bin" train --config "$cfg" --set train.steps=2 --set optim.warmup_steps=1 \
+  --set data.markov_val_tokens=30 > "$work/r.txt" 2>&1; then
+  fail "train with a 30-token validation split was accepted"
+fi
+grep -qF "evaluation: expected at least seq_len + 1 = 65 tokens in the validation split" "$work/r.txt" ||
+  fail "30 validation tokens: $(cat "$work/r.txt")"
+
+# text through bytes only for a 256-token model; a larger vocabulary needs its tokenizer
+"$bin" train --config "$cfg" --set train.steps=1 --set optim.warmup_steps=1 --set train.eval_batches=1 \
+  --set model.vocab_size=320 --set train.checkpoint_every=1 \
+  --set train.checkpoint_dir=\""$work/v320"\" > /dev/null || fail "train (vocab 320): exit $?"
+
 # refusals that say what to do
 expect_refusal() { # message, then the command's arguments
   local message=$1
@@ -108,6 +130,8 @@ expect_refusal "the model is the checkpoint's" --checkpoint "$work/ckpt" --set m
 expect_refusal "expected one of --checkpoint DIR" --batches 1
 expect_refusal "found both" --checkpoint "$work/ckpt" --hf "$work/hf"
 expect_refusal "--tokenizer goes with --text" --checkpoint "$work/ckpt" --tokenizer "$work"
+expect_refusal "the model's vocabulary has 320 tokens, so its text goes through the tokenizer" \
+  --checkpoint "$work/v320" --text "$work/text.txt"
 # an unknown command is named, with the commands there are
 if "$bin" evaluate > "$work/r.txt" 2>&1; then fail "tinyscale evaluate was accepted"; fi
 grep -qF "expected a command, found 'evaluate', which is none; the commands are bench, train, eval," \

@@ -40,7 +40,8 @@ cd "$src"
 
 # 0. A job the node can never run is refused when submitted, not left pending without a word.
 cores=$(nproc)
-if sbatch --wait --ntasks=1 --cpus-per-task=$((cores + 1)) --wrap true >"$work/too_big.out" 2>&1; then
+if sbatch --wait --ntasks=1 --cpus-per-task=$((cores + 1)) --output=/dev/null --wrap true \
+  >"$work/too_big.out" 2>&1; then
   fail "a job of $((cores + 1)) cores on a $cores-core node was accepted"
 fi
 grep -q "More processors requested than permitted" "$work/too_big.out" ||

@@ -65,6 +65,21 @@ TEST_CASE("context parallelism's refusals name fixes that are accepted", "[unit]
                    Contains("set train.seq_len = 16 or 20"));
   CHECK_NOTHROW(fourd::check_plan(sp.for_world(4), with_seq_len(c, 16)));
   CHECK_NOTHROW(fourd::check_plan(sp.for_world(4), with_seq_len(c, 20)));
+  // --cp 2 --tp 3 --sp (6 heads): one length meets the chunks (4), cp x tp (6) and tp (3): 12k
+  io::RunConfig six = c;
+  six.model.n_head = 6;
+  six.model.n_embd = 48;
+  six.model.vocab_size = 258; // a multiple of 3, for the vocabulary-parallel head
+  mesh::ParallelPlan odd_tp = cp_plan(2, "load-balanced");
+  odd_tp.tp = 3;
+  odd_tp.sequence_parallel = true;
+  for (std::int64_t seq : {56, 57, 54, 52}) {
+    INFO("seq_len " << seq);
+    REQUIRE_TS_ERROR(fourd::check_plan(odd_tp.for_world(6), with_seq_len(six, seq)),
+                     Contains("set train.seq_len = 48 or 60"));
+  }
+  CHECK_NOTHROW(fourd::check_plan(odd_tp.for_world(6), with_seq_len(six, 48)));
+  CHECK_NOTHROW(fourd::check_plan(odd_tp.for_world(6), with_seq_len(six, 60)));
   // ZeRO 2 or 3 with cp: "use --zero 1"
   mesh::ParallelPlan zero = cp_plan(2, "load-balanced", 2);
   zero.zero = 2;
@@ -75,21 +90,28 @@ TEST_CASE("context parallelism's refusals name fixes that are accepted", "[unit]
 
 TEST_CASE("a world that does not fit the layout: the -np or --dp the message names fits",
           "[unit][hints][mesh]") {
-  // --dp 2 --cp 2 under mpirun -np 6: give -np 4, or leave --dp out (6 / 2 = 3 data-parallel)
+  const io::RunConfig c = tiny_for_hints(); // batch 16, 1 micro-batch
+  const std::int64_t B = c.train.batch_size, m = c.train.micro_batches;
+  REQUIRE(B == 16);
+  // --dp 2 --cp 2 under mpirun -np 8: give -np 4, or leave --dp out (8 / 2 = 4 data-parallel)
   const auto given = cp_plan(2, "load-balanced", 2);
-  REQUIRE_TS_ERROR(given.for_world(6),
-                   Contains("give -np 4") && Contains("leave --dp out: -np / (tp x pp x cp) = 3"));
-  CHECK(given.for_world(4).dp == 2);
-  CHECK(cp_plan(2, "load-balanced").for_world(6).dp == 3);
-  // --dp 2 --cp 2 under -np 5: leaving --dp out would not fit either, so it is not offered
-  REQUIRE_TS_ERROR(given.for_world(5), Contains("give -np 4") && !Contains("leave --dp out"));
-  // --cp 2 alone (no --dp) under -np 3: never "leave --dp out"; an -np that 2 divides
+  REQUIRE_TS_ERROR(given.for_world(8, B, m),
+                   Contains("give -np 4") && Contains("leave --dp out: -np / (tp x pp x cp) = 4"));
+  CHECK_NOTHROW(fourd::check_plan(given.for_world(4, B, m), c));
+  CHECK_NOTHROW(fourd::check_plan(cp_plan(2, "load-balanced").for_world(8, B, m), c));
+  // -np 6: leaving --dp out gives dp 3, which does not split the batch of 16: not offered
+  REQUIRE_TS_ERROR(given.for_world(6, B, m), Contains("give -np 4") && !Contains("--dp out"));
+  REQUIRE_TS_ERROR(fourd::check_plan(cp_plan(2, "load-balanced").for_world(6, B, m), c),
+                   Contains("divide by dp (3)") || Contains("dp = 3"));
+  // --cp 2 alone (no --dp) under -np 3: never "leave --dp out"; an -np that fits, each accepted
   const auto alone = cp_plan(2, "load-balanced");
-  REQUIRE_TS_ERROR(alone.for_world(3),
-                   Contains("give an -np that tp x pp x cp = 2 divides, such as 2 or 4") &&
-                       !Contains("--dp out"));
-  CHECK(alone.for_world(2).dp == 1);
-  CHECK(alone.for_world(4).dp == 2);
+  REQUIRE_TS_ERROR(alone.for_world(3, B, m),
+                   Contains("give an -np of 2 or 4") && !Contains("--dp out"));
+  CHECK_NOTHROW(fourd::check_plan(alone.for_world(2, B, m), c));
+  CHECK_NOTHROW(fourd::check_plan(alone.for_world(4, B, m), c));
+  // -np 7: 3 data-parallel ranks would not split the batch, so 4 and 8 ranks are named
+  REQUIRE_TS_ERROR(alone.for_world(7, B, m), Contains("give an -np of 4 or 8"));
+  CHECK_NOTHROW(fourd::check_plan(alone.for_world(8, B, m), c));
 }
 
 TEST_CASE("a resume refused for a config change names the fix for what changed, which works",
@@ -106,7 +128,13 @@ TEST_CASE("a resume refused for a config change names the fix for what changed, 
   REQUIRE_TS_ERROR(train::Trainer(wider).resume(saved),
                    Contains("model.n_embd = 64 in the checkpoint, 32 now") &&
                        Contains("give the run a new train.checkpoint_dir") &&
-                       Contains("--init-from") && !Contains("decay_steps"));
+                       Contains("resume with the checkpoint's model keys") &&
+                       !Contains("decay_steps"));
+  // ... either fix is accepted: this model in a new folder, or the checkpoint's model resumed
+  io::RunConfig fresh = wider;
+  fresh.train.checkpoint_dir = (dir / "fresh");
+  CHECK_NOTHROW(train::Trainer(fresh).save_checkpoint());
+  CHECK_NOTHROW(train::Trainer(c).resume(saved));
 
   // more steps with optim.decay_steps kept: accepted (the hint's promise)
   io::RunConfig longer = c;
