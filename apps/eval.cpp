@@ -115,12 +115,10 @@ io::RunConfig eval_config(const EvalOptions& opt, const nn::ModelConfig& model,
       : !saved_toml.empty()
           ? io::parse_config(saved_toml, opt.checkpoint + " (manifest config)", opt.overrides)
           : io::parse_config("", "eval", opt.overrides);
-  config = opt.hf.empty() ? [&] {
-    io::RunConfig c = config;
-    c.model = model;
-    return c;
-  }()
-                          : train::with_hf_model(config, model);
+  if (opt.hf.empty())
+    config.model = model; // the checkpoint's model, whole (a MoE one too)
+  else
+    config = train::with_hf_model(config, model); // the folder's shape, the run's own dropout
   if (!shard_path.empty()) {
     // every token of the shards is the validation split; a run also needs a train split, which
     // evaluation never reads: a shard of zeros, one window long
